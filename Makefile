@@ -1,0 +1,15 @@
+# The README's two commands are `make demo` and `make test`; both bootstrap a fresh
+# Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
+.PHONY: setup test demo lab-down
+
+setup:
+	@scripts/bootstrap
+
+test: setup
+	.venv/bin/pytest
+
+demo: setup
+	@scripts/demo
+
+lab-down: setup
+	.venv/bin/yasco-lab down

@@ -1,0 +1,200 @@
+"""The lab's Ceph cluster: one monitor and one memstore OSD in their own node.
+
+memstore keeps objects in RAM, so the cluster starts in seconds and needs no disk;
+it lives in its own network namespace so that partitioning a hypervisor also cuts
+it off from storage. cephx is on, as in production: the controller uses
+client.admin, the hypervisors a `profile rbd` user confined to the VM pool.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from .errors import LabError
+from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL, ceph_address,
+                     ceph_admin_keyring_path, ceph_conf_path, ceph_dir,
+                     ceph_hypervisor_keyring_path)
+from .node import Node
+
+MEMSTORE_BYTES = 1 << 30
+PG_NUM = 8
+
+
+def mon_host() -> str:
+    return f"[v2:{ceph_address()}:3300,v1:{ceph_address()}:{CEPH_MON_PORT}]"
+
+
+def client_conf(fsid: str, keyring: Path | str) -> str:
+    """ceph.conf for a client: the controller, or a hypervisor with its own keyring."""
+    return f"""[global]
+fsid = {fsid}
+mon_host = {mon_host()}
+auth_cluster_required = cephx
+auth_service_required = cephx
+auth_client_required = cephx
+keyring = {keyring}
+# Clients give up quickly when the cluster is unreachable (a partitioned host).
+client_mount_timeout = 10
+rados_mon_op_timeout = 10
+rados_osd_op_timeout = 10
+"""
+
+
+def _daemon_conf(fsid: str, root: Path) -> str:
+    return f"""[global]
+fsid = {fsid}
+mon_host = {mon_host()}
+public_network = {ceph_address()}/32
+auth_cluster_required = cephx
+auth_service_required = cephx
+auth_client_required = cephx
+auth_allow_insecure_global_id_reclaim = false
+ms_bind_ipv4 = true
+ms_bind_ipv6 = false
+run_dir = {root}/run
+log_file = {root}/log/$name.log
+admin_socket = {root}/run/$cluster-$name.asok
+# One OSD: single-replica pools are intended, not a warning.
+osd_pool_default_size = 1
+osd_pool_default_min_size = 1
+osd_pool_default_pg_num = {PG_NUM}
+osd_crush_chooseleaf_type = 0
+mon_allow_pool_size_one = true
+mon_allow_pool_delete = true
+mon_warn_on_pool_no_redundancy = false
+# The monitor's store shares this machine's disk; only warn when it is really full.
+mon_data_avail_warn = 2
+mon_data_avail_crit = 1
+
+[mon]
+mon_data = {root}/mon/$cluster-$id
+mon_initial_members = a
+
+[osd]
+osd_objectstore = memstore
+memstore_device_bytes = {MEMSTORE_BYTES}
+osd_data = {root}/osd/$cluster-$id
+keyring = {root}/osd/$cluster-$id/keyring
+"""
+
+
+class CephBootstrap:
+    """Creates the cluster inside `node` and writes the controller's and hypervisors' keys."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.root = ceph_dir()
+        # The file must be named ceph.conf: Ceph takes the cluster name from it.
+        self.daemon_conf = self.root / "daemon" / "ceph.conf"
+        self.fsid = str(uuid.uuid4())
+
+    def run(self) -> str:
+        """Bootstrap and return the fsid."""
+        for sub in ("run", "log", "mon", "osd/ceph-0", "daemon"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.daemon_conf.write_text(_daemon_conf(self.fsid, self.root))
+        ceph_conf_path().write_text(client_conf(self.fsid, ceph_admin_keyring_path()))
+        self._make_monitor()
+        self._make_osd()
+        self._make_pool_and_users()
+        return self.fsid
+
+    def _tool(self, *args: str) -> str:
+        result = subprocess.run(list(args), capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise LabError(f"ceph bootstrap: `{' '.join(args)}` failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def _make_monitor(self) -> None:
+        mon_keyring = self.root / "mon.keyring"
+        admin = ceph_admin_keyring_path()
+        self._tool("ceph-authtool", "--create-keyring", str(mon_keyring), "--gen-key",
+                   "-n", "mon.", "--cap", "mon", "allow *")
+        self._tool("ceph-authtool", "--create-keyring", str(admin), "--gen-key",
+                   "-n", "client.admin", "--cap", "mon", "allow *", "--cap", "osd", "allow *",
+                   "--cap", "mgr", "allow *", "--cap", "mds", "allow *")
+        self._tool("ceph-authtool", str(mon_keyring), "--import-keyring", str(admin))
+        monmap = self.root / "monmap"
+        self._tool("monmaptool", "--create", "--fsid", self.fsid,
+                   "--addv", "a", mon_host(), str(monmap))
+        # Daemon-side steps run inside the node: they check that public_network is local.
+        self.node.run("ceph-mon", "-c", str(self.daemon_conf), "--mkfs", "-i", "a",
+                      "--monmap", str(monmap), "--keyring", str(mon_keyring))
+        self.node.start_daemon("ceph-mon", "-f", "-c", str(self.daemon_conf), "-i", "a",
+                               log=self.root / "log" / "mon.a.out")
+        self.wait_ready(timeout=30)
+
+    def _make_osd(self) -> None:
+        osd_uuid = str(uuid.uuid4())
+        osd_id = self.ceph("osd", "create", osd_uuid).strip()
+        if osd_id != "0":
+            raise LabError(f"ceph bootstrap: expected OSD id 0, got {osd_id!r}")
+        self.node.run("ceph-osd", "-c", str(self.daemon_conf), "-i", "0", "--mkfs", "--mkkey",
+                      "--osd-uuid", osd_uuid, "--no-mon-config")
+        self.ceph("auth", "add", "osd.0", "osd", "allow *", "mon", "allow profile osd",
+                  "-i", str(self.root / "osd" / "ceph-0" / "keyring"))
+        self.node.start_daemon("ceph-osd", "-f", "-c", str(self.daemon_conf), "-i", "0",
+                               log=self.root / "log" / "osd.0.out")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            stat = json.loads(self.ceph("osd", "stat", "--format", "json"))
+            if stat.get("num_up_osds") == 1 and stat.get("num_in_osds") == 1:
+                return
+            time.sleep(0.5)
+        raise LabError(f"ceph: the OSD did not come up within 60 s; see {self.root}/log")
+
+    def _make_pool_and_users(self) -> None:
+        self.ceph("osd", "pool", "create", CEPH_POOL, str(PG_NUM))
+        self.ceph("osd", "pool", "set", CEPH_POOL, "size", "1", "--yes-i-really-mean-it")
+        self._tool("rbd", "-c", str(ceph_conf_path()), "pool", "init", CEPH_POOL)
+        keyring = self.ceph("auth", "get-or-create", f"client.{CEPH_HYPERVISOR_CLIENT}",
+                            "mon", "profile rbd", "osd", f"profile rbd pool={CEPH_POOL}")
+        path = ceph_hypervisor_keyring_path()
+        path.write_text(keyring)
+        path.chmod(0o600)
+
+    def ceph(self, *args: str, timeout: float = 30) -> str:
+        return ceph_cli(*args, timeout=timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                ceph_cli("mon", "stat", timeout=5)
+                return
+            except LabError as err:
+                last = str(err)
+                time.sleep(0.5)
+        raise LabError(f"ceph: the monitor did not answer within {timeout:.0f} s: {last}")
+
+
+def ceph_cli(*args: str, timeout: float = 30) -> str:
+    """Run the `ceph` CLI as client.admin from the controller."""
+    try:
+        result = subprocess.run(["ceph", "-c", str(ceph_conf_path()),
+                                 "--connect-timeout", str(int(timeout)), *args],
+                                capture_output=True, text=True, timeout=timeout + 5,
+                                check=False)
+    except subprocess.TimeoutExpired as err:
+        raise LabError(f"`ceph {' '.join(args)}` timed out") from err
+    if result.returncode != 0:
+        raise LabError(f"`ceph {' '.join(args)}` failed: {result.stderr.strip()[-300:]}")
+    return result.stdout
+
+
+def secret_key(keyring: Path) -> str:
+    """The base64 cephx key from a keyring file."""
+    for line in keyring.read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == "key":
+            return value.strip()
+    raise LabError(f"no key in {keyring}")
+
+
+def health() -> dict:
+    return json.loads(ceph_cli("health", "--format", "json", timeout=10))

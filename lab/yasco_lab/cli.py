@@ -1,0 +1,70 @@
+"""`yasco-lab`: the command line of the lab."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import lab
+from .errors import LabError
+
+
+def _print_status(info: dict) -> None:
+    if not info["up"]:
+        print("the lab is not up: run `yasco-lab up`")
+        return
+    print(f"{'host':<6} {'address':<14} {'state':<12} {'etcd':<12} libvirt URI")
+    for h in info["hosts"]:
+        print(f"{h['name']:<6} {h['address']:<14} {h['state']:<12} {h['etcd']:<12} "
+              f"{h['libvirt_uri']}")
+    ceph = info["ceph"]
+    print(f"ceph   {ceph['address']:<14} {ceph['health']:<12} pool {ceph['pool']}, "
+          f"conf {ceph['conf']}")
+    print(f"guests run under {info['virt_type']}; inventory {info['inventory']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="yasco-lab",
+        description="A real etcd + Ceph + libvirt/QEMU cluster of hypervisors on this machine.")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p_up = verbs.add_parser("up", help="create the lab and write inventories/lab/")
+    p_up.add_argument("--hosts", type=int, default=3, metavar="N",
+                      help="number of hypervisors (default 3)")
+    verbs.add_parser("down", help="stop everything and remove the lab")
+    p_status = verbs.add_parser("status", help="show hosts, etcd and Ceph")
+    p_status.add_argument("--json", action="store_true", help="machine-readable output")
+    for verb, text in (("crash", "power loss: SIGKILL every process of HOST"),
+                       ("boot", "start a crashed HOST again, like a reboot"),
+                       ("partition", "cut HOST's network; everything on it keeps running"),
+                       ("heal", "restore HOST's network")):
+        verbs.add_parser(verb, help=text).add_argument("host", metavar="HOST")
+    args = parser.parse_args(argv)
+    try:
+        lab.require_root()
+        if args.verb == "up":
+            lab.up(args.hosts)
+            _print_status(lab.status())
+        elif args.verb == "down":
+            lab.down()
+        elif args.verb == "status":
+            info = lab.status()
+            if args.json:
+                print(json.dumps(info, indent=2))
+            else:
+                _print_status(info)
+        else:
+            getattr(lab, args.verb)(args.host)
+            print(f"{args.host}: {args.verb} done")
+    except LabError as err:
+        print(f"yasco-lab: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("yasco-lab: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""A lab hypervisor: libvirtd + QEMU, an etcd member and sshd inside one node.
+
+Each host sees its own /etc/libvirt, /var/lib/libvirt, /var/log/libvirt, /etc/ceph
+and /root/.ssh (bind mounts of its directory under the lab's state dir, kept across
+a crash like a disk) and a fresh /run and /tmp on every boot, like a reboot.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+import uuid
+from pathlib import Path
+
+from . import etcd
+from .ceph import client_conf, secret_key
+from .errors import LabError
+from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, HostLayout,
+                     ceph_hypervisor_keyring_path, known_hosts_path, ssh_key_path)
+from .node import Node
+
+# (directory under the host's root, where the host sees it)
+_PRIVATE_DIRS = [
+    ("etc-libvirt", "/etc/libvirt"),
+    ("var-lib-libvirt", "/var/lib/libvirt"),
+    ("var-cache-libvirt", "/var/cache/libvirt"),
+    ("log", "/var/log/libvirt"),
+    ("etc-ceph", "/etc/ceph"),
+    ("root-ssh", "/root/.ssh"),
+]
+
+_HOST_UUID_NAMESPACE = uuid.UUID("0c1f6a52-5e0e-4d55-b6a4-9b6e1c0a7a10")
+
+
+def prepare(host: HostLayout, cluster_fsid: str) -> None:
+    """Write the host's configuration, once, before its first boot."""
+    for sub, _ in _PRIVATE_DIRS:
+        (host.root / sub).mkdir(parents=True, exist_ok=True)
+    (host.root / "log" / "qemu").mkdir(exist_ok=True)  # domain logs and serial consoles
+    _write_libvirt_conf(host)
+    _write_ceph_conf(host, cluster_fsid)
+    _write_ssh_conf(host)
+
+
+def _write_libvirt_conf(host: HostLayout) -> None:
+    etc = host.root / "etc-libvirt"
+    # Two libvirtds with one host UUID refuse to migrate to each other ("same host").
+    host_uuid = uuid.uuid5(_HOST_UUID_NAMESPACE, host.name)
+    (etc / "libvirtd.conf").write_text(f"""host_uuid = "{host_uuid}"
+unix_sock_group = "root"
+unix_sock_rw_perms = "0770"
+auth_unix_ro = "none"
+auth_unix_rw = "none"
+log_outputs = "3:file:/var/log/libvirt/libvirtd.log"
+""")
+    # The lab runs QEMU as root without cgroups or a private /dev: the host is already
+    # a namespace of its own, and the machine may not delegate cgroups to it.
+    (etc / "qemu.conf").write_text(f"""user = "root"
+group = "root"
+dynamic_ownership = 0
+remember_owner = 0
+security_driver = "none"
+cgroup_controllers = [ ]
+namespaces = [ ]
+migration_address = "{host.address}"
+migration_host = "{host.address}"
+stdio_handler = "file"
+""")
+    (etc / "virtlogd.conf").write_text('log_outputs = "3:file:/var/log/libvirt/virtlogd.log"\n')
+
+
+def _write_ceph_conf(host: HostLayout, fsid: str) -> None:
+    etc = host.root / "etc-ceph"
+    keyring = etc / f"ceph.client.{CEPH_HYPERVISOR_CLIENT}.keyring"
+    shutil.copyfile(ceph_hypervisor_keyring_path(), keyring)
+    keyring.chmod(0o600)
+    (etc / "ceph.conf").write_text(client_conf(fsid, f"/etc/ceph/{keyring.name}"))
+
+
+def _write_ssh_conf(host: HostLayout) -> None:
+    dot_ssh = host.root / "root-ssh"
+    dot_ssh.chmod(0o700)
+    public = ssh_key_path().with_suffix(".pub").read_text()
+    (dot_ssh / "authorized_keys").write_text(public)
+    (dot_ssh / "authorized_keys").chmod(0o600)
+    # Hypervisors reach each other with the lab key, as for peer-to-peer migration.
+    shutil.copyfile(ssh_key_path(), dot_ssh / "id_ed25519")
+    (dot_ssh / "id_ed25519").chmod(0o600)
+    shutil.copyfile(known_hosts_path(), dot_ssh / "known_hosts")
+    (host.root / "sshd_config").write_text(f"""ListenAddress {host.address}
+HostKey {host.ssh_host_key}
+PidFile /run/sshd.pid
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AuthorizedKeysFile /root/.ssh/authorized_keys
+Subsystem sftp /usr/lib/openssh/sftp-server
+""")
+
+
+def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
+    """Mount the host's private directories and start its services (not waiting)."""
+    mounts = "\n".join(f"mkdir -p {target} && mount --bind {host.root / sub} {target}"
+                       for sub, target in _PRIVATE_DIRS)
+    node.run("sh", "-ec", f"""
+        mount -t tmpfs -o mode=0755 tmpfs /run
+        mount -t tmpfs -o mode=1777 tmpfs /tmp
+        mkdir -p /run/sshd /run/lock
+        {mounts}
+    """)
+    logs = host.root / "log"
+    node.start_daemon(*etcd.member_command(host, cluster), log=logs / "etcd.log")
+    node.start_daemon("virtlogd", log=logs / "virtlogd.out")
+    node.start_daemon("libvirtd", log=logs / "libvirtd.out")
+    node.start_daemon("/usr/sbin/sshd", "-D", "-e", "-f", str(host.root / "sshd_config"),
+                      log=logs / "sshd.log")
+
+
+def wait_ready(node: Node, host: HostLayout, timeout: float) -> None:
+    """Wait for libvirtd and sshd of `host`, then make sure its Ceph secret is defined."""
+    deadline = time.monotonic() + timeout
+    while not _libvirtd_answers(node):
+        if node.run("pidof", "libvirtd", check=False).returncode != 0:
+            raise LabError(f"{host.name}: libvirtd exited: {_last_error(host)}")
+        if time.monotonic() > deadline:
+            raise LabError(f"{host.name}: libvirtd did not start within {timeout:.0f} s; "
+                           f"see {host.root / 'log' / 'libvirtd.log'}")
+        time.sleep(0.2)
+    while not _port_open(host.address, 22):
+        if time.monotonic() > deadline:
+            raise LabError(f"{host.name}: sshd did not start within {timeout:.0f} s; "
+                           f"see {host.root / 'log' / 'sshd.log'}")
+        time.sleep(0.2)
+    _define_ceph_secret(node, host)
+
+
+def _last_error(host: HostLayout) -> str:
+    log = host.root / "log" / "libvirtd.log"
+    errors = [line for line in log.read_text(errors="replace").splitlines() if " error : " in line]
+    return (errors[-1].split(" : ", 2)[-1] if errors else "no error logged") + f" (see {log})"
+
+
+def _libvirtd_answers(node: Node) -> bool:
+    return node.run("virsh", "-c", "qemu:///system", "version", check=False,
+                    timeout=30).returncode == 0
+
+
+def _port_open(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _define_ceph_secret(node: Node, host: HostLayout) -> None:
+    """libvirt holds the hypervisor's cephx key as a secret, never in domain XML."""
+    run_dir = host.root / "etc-libvirt"
+    xml = run_dir / "ceph-secret.xml"
+    xml.write_text(f"""<secret ephemeral='no' private='yes'>
+  <uuid>{CEPH_SECRET_UUID}</uuid>
+  <usage type='ceph'><name>client.{CEPH_HYPERVISOR_CLIENT} secret</name></usage>
+</secret>
+""")
+    key_file = run_dir / "ceph-secret.key"
+    key_file.write_text(secret_key(ceph_hypervisor_keyring_path()))
+    key_file.chmod(0o600)
+    try:
+        node.run("virsh", "-q", "secret-define", "/etc/libvirt/ceph-secret.xml")
+        node.run("virsh", "-q", "secret-set-value", CEPH_SECRET_UUID,
+                 "--file", "/etc/libvirt/ceph-secret.key")
+    finally:
+        key_file.unlink()

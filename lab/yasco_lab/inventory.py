@@ -1,0 +1,65 @@
+"""The Ansible inventory `up` writes to inventories/lab/: every later playbook runs on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_POOL, CEPH_SECRET_UUID, CLUSTER_NAME,
+                     HostLayout, ceph_admin_keyring_path, ceph_conf_path, inventory_dir,
+                     known_hosts_path, ssh_key_path)
+
+# What the lab tells the planner each host offers. The lab's VMs are canaries of
+# 128 MiB, so these are small on purpose: a plan must fit the real machine.
+HOST_CAPACITY = {"vcpus": 4, "memory_mb": 1024}
+HOST_RESERVED = {"vcpus": 0, "memory_mb": 128}
+GENERATED_FILES = ("hosts.yml", "group_vars/all.yml")
+HEADER = "# Written by `yasco-lab up`, removed by `yasco-lab down`: do not edit.\n"
+
+
+def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Path:
+    root = inventory_dir()
+    (root / "group_vars").mkdir(parents=True, exist_ok=True)
+    inventory = {"all": {"children": {"yasco_hypervisors": {
+        "hosts": {h.name: {
+            "ansible_host": h.address,
+            "yasco_libvirt_uri": h.libvirt_uri(),
+            "yasco_etcd_client_url": h.etcd_client_url,
+            "yasco_capacity": dict(HOST_CAPACITY),
+            "yasco_reserved": dict(HOST_RESERVED),
+        } for h in hosts},
+        "vars": {
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(ssh_key_path()),
+            "ansible_ssh_common_args": (f"-o UserKnownHostsFile={known_hosts_path()} "
+                                        "-o StrictHostKeyChecking=yes"),
+            "ansible_python_interpreter": "/usr/bin/python3",
+        },
+    }}}}
+    group_vars = {
+        "yasco_cluster_name": CLUSTER_NAME,
+        "yasco_etcd_endpoints": [h.etcd_client_url for h in hosts],
+        "yasco_ceph_conf": str(ceph_conf_path()),
+        "yasco_ceph_keyring": str(ceph_admin_keyring_path()),
+        "yasco_ceph_client": "admin",
+        "yasco_ceph_hypervisor_client": CEPH_HYPERVISOR_CLIENT,
+        "yasco_ceph_secret_uuid": CEPH_SECRET_UUID,
+        "yasco_ceph_pool": CEPH_POOL,
+        "yasco_virt_type": virt_type,
+        # Any VM without boot settings of its own boots the canary guest.
+        "yasco_vm_defaults": {**canary, "memory_mb": 128, "vcpus": 1, "disk_gb": 1},
+    }
+    (root / "hosts.yml").write_text(HEADER + yaml.safe_dump(inventory, sort_keys=False))
+    (root / "group_vars" / "all.yml").write_text(
+        HEADER + "---\n" + yaml.safe_dump(group_vars, sort_keys=False))
+    return root
+
+
+def remove() -> None:
+    root = inventory_dir()
+    for name in GENERATED_FILES:
+        (root / name).unlink(missing_ok=True)
+    group_vars = root / "group_vars"
+    if group_vars.is_dir() and not any(group_vars.iterdir()):
+        group_vars.rmdir()

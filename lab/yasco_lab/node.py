@@ -1,0 +1,163 @@
+"""A lab node: a process tree in its own network, mount, PID, UTS and IPC namespaces.
+
+The node's PID 1 is a tiny reaper. Killing it with SIGKILL makes the kernel kill
+every other process in the PID namespace at once, which is exactly a power loss:
+QEMU, libvirtd, the etcd member, sshd and anything started over SSH die together,
+with no cleanup. The network and mount namespaces vanish with the last process,
+so a crashed or stopped node leaves no mounts, namespaces or links behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LabError
+from .layout import BRIDGE
+from .network import ip
+
+# PID 1 of a node must reap the orphans it inherits (daemons double-fork into it).
+# PID 1 ignores signals it has no handler for, so only SIGKILL from outside stops it.
+_REAPER = (
+    "import os, sys, time\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.wait()\n"
+    "    except ChildProcessError:\n"
+    "        time.sleep(0.5)\n"
+)
+MARKER = "yasco-lab-node"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A running node, known by the controller-side PIDs of `unshare` and of its PID 1."""
+
+    name: str
+    unshare_pid: int
+    init_pid: int
+
+    def alive(self) -> bool:
+        return _cmdline(self.init_pid)[-2:] == [MARKER, self.name]
+
+    def nsenter(self, *command: str) -> list[str]:
+        """A command line that runs `command` inside this node."""
+        return ["nsenter", "-t", str(self.init_pid), "-a", "--", *command]
+
+    def run(self, *command: str, input: str | None = None, timeout: float = 60,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(self.nsenter(*command), input=input, capture_output=True,
+                                text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise LabError(f"{self.name}: `{' '.join(command)}` failed: "
+                           f"{(result.stderr or result.stdout).strip()[-400:]}")
+        return result
+
+    def start_daemon(self, *command: str, log: Path) -> None:
+        """Start a long-running process inside the node, owned by the node's PID 1."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            # setsid -f forks and returns at once; the daemon is re-parented to the reaper.
+            subprocess.run(self.nsenter("setsid", "-f", *command), stdin=subprocess.DEVNULL,
+                           stdout=out, stderr=subprocess.STDOUT, check=True, timeout=30)
+
+    def kill(self) -> None:
+        """Power loss: SIGKILL the node's PID 1, which takes every process of the node with it."""
+        for pid in (self.init_pid, self.unshare_pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _wait_gone([self.init_pid, self.unshare_pid], timeout=10)
+
+
+def spawn(name: str, log: Path) -> Node:
+    """Start a new node and return it once its PID 1 is known."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            ["unshare", "--fork", "--pid", "--mount-proc", "--net", "--mount", "--uts",
+             "--ipc", "--propagation", "private",
+             "/usr/bin/python3", "-c", _REAPER, MARKER, name],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        children = _children(proc.pid)
+        if children and _cmdline(children[0])[-2:] == [MARKER, name]:
+            return Node(name, proc.pid, children[0])
+        if proc.poll() is not None:
+            raise LabError(f"{name}: could not create its namespaces (unshare exited "
+                           f"{proc.returncode}); see {log}")
+        time.sleep(0.02)
+    proc.kill()
+    raise LabError(f"{name}: its init process did not start within 10 s; see {log}")
+
+
+def attach(node: Node, veth: str, address: str, prefix_len: int, hostname: str) -> None:
+    """Plug the node into the lab bridge as eth0 with `address`, and name it."""
+    if Path(f"/sys/class/net/{veth}").exists():
+        ip("link", "del", veth)
+    ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", str(node.init_pid))
+    ip("link", "set", veth, "master", BRIDGE, "up")
+    node.run("sh", "-ec", f"""
+        hostname {hostname}
+        ip link set lo up
+        ip addr add {address}/{prefix_len} dev eth0
+        ip link set eth0 up
+    """)
+
+
+def find_stale() -> list[tuple[int, str]]:
+    """PID 1s of lab nodes still running, whoever started them (e.g. a crashed controller)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            argv = _cmdline(int(entry.name))
+            if len(argv) >= 2 and argv[-2] == MARKER and "unshare" not in argv[0]:
+                found.append((int(entry.name), argv[-1]))
+    return found
+
+
+def kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _wait_gone(pids, timeout=10)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")[:-1]
+
+
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{pid}").exists() and _state(pid) != "Z" for pid in pids):
+            return
+        time.sleep(0.05)
+    raise LabError(f"processes {pids} did not exit after SIGKILL")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"

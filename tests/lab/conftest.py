@@ -1,0 +1,67 @@
+"""The lab, brought up once for the whole test run and taken down at its end.
+
+Tests that need it take the `lab` fixture. Tests that break a host restore it
+before they finish, so the order of the other tests does not matter; the test of
+`down` itself is marked `teardown` and runs last.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from yasco_lab import lab as lab_verbs
+from yasco_lab.errors import LabError
+
+CLI = str(Path(sys.executable).with_name("yasco-lab"))
+
+
+def network_namespaces() -> set[str]:
+    """Network namespaces held by any process on this machine."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            found.add(str((proc / "ns" / "net").readlink()))
+        except OSError:
+            continue
+    return found
+
+
+# Taken before the lab starts, to tell the lab's namespaces from the machine's own.
+NAMESPACES_BEFORE_LAB: set[str] = set()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    NAMESPACES_BEFORE_LAB.update(network_namespaces())
+    config.addinivalue_line("markers", "teardown: takes the lab down; runs after every other test")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("teardown") is not None)
+
+
+def yasco_lab(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess[str]:
+    """Run the `yasco-lab` command as an operator would."""
+    result = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300,
+                            check=False, **kwargs)
+    if check and result.returncode != 0:
+        raise AssertionError(f"yasco-lab {' '.join(args)} failed: {result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def lab() -> dict:
+    """The running lab's `status --json`; a lab left over from earlier is replaced."""
+    try:
+        lab_verbs.down(log=lambda _: None)
+    except LabError:
+        pass  # nothing was up
+    yasco_lab("up")
+    yield lab_verbs.status()
+    try:
+        lab_verbs.down(log=lambda _: None)
+    except LabError:
+        pass  # the teardown test already took it down

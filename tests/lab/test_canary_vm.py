@@ -1,0 +1,78 @@
+"""A canary VM on RBD writes through the lab's real storage, and survives live migration."""
+
+from __future__ import annotations
+
+import time
+
+import libvirt
+import pytest
+
+from yasco_lab import storage
+from yasco_lab.domain import canary_domain_xml
+
+BOOT_TIMEOUT = 120  # a guest kernel under TCG on a loaded 2-core machine
+
+
+def wait_for_records(image: str, at_least: int, timeout: float = BOOT_TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        records = storage.canary_records(image)
+        if len(records) >= at_least:
+            return records
+        time.sleep(0.5)
+    raise AssertionError(f"canary {image} wrote fewer than {at_least} records in {timeout} s")
+
+
+def assert_one_unbroken_writer(records):
+    seqs = [r.seq for r in records]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a write went missing"
+    assert len({r.writer for r in records}) == 1, "two copies wrote to one disk"
+    stamps = [r.timestamp for r in records]
+    assert stamps == sorted(stamps)
+
+
+@pytest.fixture
+def canary(lab):
+    """A canary VM `canary-test` defined and started on hv1, removed afterwards."""
+    name = "canary-test"
+    storage.create_image(name)
+    hosts = {h["name"]: h for h in lab["hosts"]}
+    conns = {name_: libvirt.open(h["libvirt_uri"]) for name_, h in hosts.items()}
+    boot = lab["canary"]
+    xml = canary_domain_xml(name, kernel=boot["kernel"], initrd=boot["initrd"],
+                            cmdline=boot["cmdline"], virt_type=lab["virt_type"])
+    conns["hv1"].defineXML(xml).create()
+    yield name, conns
+    for conn in conns.values():
+        for dom in conn.listAllDomains():
+            if dom.name() == name:
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefine()
+        conn.close()
+    storage.remove_image(name)
+
+
+def test_canary_writes_increasing_sequence_numbers_to_its_rbd_disk(canary):
+    name, _ = canary
+    first = wait_for_records(name, at_least=3)
+    later = wait_for_records(name, at_least=len(first) + 5, timeout=30)
+    assert later[-1].seq > first[-1].seq
+    assert later[0].seq == 1
+    assert_one_unbroken_writer(later)
+
+
+def test_live_migration_keeps_the_canary_writing(canary):
+    name, conns = canary
+    before = wait_for_records(name, at_least=3)
+    dom = conns["hv1"].lookupByName(name)
+    flags = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST
+             | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE)
+    dom.migrate(conns["hv2"], flags, None, None, 0)
+    assert [d.name() for d in conns["hv1"].listAllDomains()] == []
+    moved = conns["hv2"].lookupByName(name)
+    assert moved.isActive() and moved.isPersistent()
+    after = wait_for_records(name, at_least=len(before) + 10, timeout=30)
+    # The same guest boot goes on writing: no gap, no second writer, no restart.
+    assert_one_unbroken_writer(after)
+    assert after[-1].writer == before[-1].writer
