@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("heal", "restore HOST's network")):
         verbs.add_parser(verb, help=text).add_argument("host", metavar="HOST")
     args = parser.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows up in logs as it happens
     try:
         lab.require_root()
         if args.verb == "up":

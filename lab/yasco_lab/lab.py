@@ -42,6 +42,8 @@ class LabState:
     canary: dict[str, str]
     nodes: dict[str, dict[str, int]] = field(default_factory=dict)
     partitioned: list[str] = field(default_factory=list)
+    # False until `up` has finished: an interrupted `up` is stale, not a running lab.
+    complete: bool = False
 
     def save(self) -> None:
         tmp = state_file().with_suffix(".tmp")
@@ -99,7 +101,7 @@ def preflight() -> None:
 
 def _running_state() -> LabState | None:
     state = LabState.load()
-    if state is None or not network.link_exists(BRIDGE):
+    if state is None or not state.complete or not network.link_exists(BRIDGE):
         return None
     ceph_node = state.node(CEPH_NODE)
     return state if ceph_node is not None and ceph_node.alive() else None
@@ -188,6 +190,7 @@ def _bring_up(hosts: list[HostLayout], log: callable) -> LabState:
         for host in hosts:
             hypervisor.wait_ready(nodes[host.name], host, timeout=60)
         state.virt_type = probe.result()
+    state.complete = True
     state.save()
     inventory.write(hosts, state.virt_type, state.canary)
     log(f"guests run under {state.virt_type}; inventory written to {inventory_dir()}")

@@ -1,0 +1,51 @@
+"""The checkout is the yasco.cluster collection, and setup leaves a working toolchain."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(args), capture_output=True, text=True, cwd=REPO,
+                            timeout=300, check=False, **kwargs)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_fqcns_resolve_to_this_checkout_without_an_install():
+    listing = run(str(BIN / "ansible-galaxy"), "collection", "list", "yasco.cluster").stdout
+    assert str(REPO / "collections" / "ansible_collections") in listing
+    assert "yasco.cluster" in listing
+
+
+def test_collection_builds_without_the_lab_or_the_venv(tmp_path):
+    run(str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path))
+    (artifact,) = tmp_path.glob("yasco-cluster-*.tar.gz")
+    with tarfile.open(artifact) as tar:
+        names = tar.getnames()
+    assert "galaxy.yml" not in names and "MANIFEST.json" in names
+    assert "meta/runtime.yml" in names
+    assert not any(n.startswith((".venv", "lab/", "collections/", ".ci")) for n in names)
+
+
+def test_setup_twice_changes_nothing():
+    result = run("scripts/bootstrap")
+    assert result.stdout == "setup: ready\n"
+
+
+def test_venv_imports_the_ceph_bindings_and_the_clients():
+    run(sys.executable, "-c", "import rados, rbd, libvirt, etcd3gw, ansible_rulebook")
+
+
+def test_ansible_rulebook_runs_on_the_jvm():
+    java_home = os.environ.get("JAVA_HOME") or sorted(glob.glob("/usr/lib/jvm/java-17-*"))[-1]
+    env = {**os.environ, "JAVA_HOME": java_home, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    assert "Drools_jpy" in run(str(BIN / "ansible-rulebook"), "--version", env=env).stdout
