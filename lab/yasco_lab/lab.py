@@ -193,7 +193,7 @@ def _bring_up(hosts: list[HostLayout], log: callable) -> LabState:
     state.complete = True
     state.save()
     inventory.write(hosts, state.virt_type, state.canary)
-    log(f"guests run under {state.virt_type}; inventory written to {inventory_dir()}")
+    log(f"inventory written to {inventory_dir()}")
     return state
 
 
@@ -248,58 +248,54 @@ def down(log: callable = print) -> None:
         log("lab down")
 
 
-def crash(name: str) -> None:
-    """Power loss: every process of the host dies at once, nothing is cleaned up."""
+@contextmanager
+def _host_verb(name: str, running: bool) -> Iterator[tuple[LabState, HostLayout, node.Node]]:
+    """The frame of every host verb: one at a time, on a lab that is up, on one of its
+    hosts that is powered on (`running`) or off; the state is saved afterwards."""
     with _locked():
         state = _require_up()
-        _check_host(state, name)
+        host = _check_host(state, name)
         n = state.node(name)
-        if n is None or not n.alive():
-            raise LabError(f"{name} is already down: `yasco-lab boot {name}` starts it")
+        alive = n is not None and n.alive()
+        if running and not alive:
+            raise LabError(f"{name} is down: `yasco-lab boot {name}` starts it")
+        if not running and alive:
+            raise LabError(f"{name} is running: `yasco-lab crash {name}` first")
+        yield state, host, n
+        state.save()
+
+
+def crash(name: str) -> None:
+    """Power loss: every process of the host dies at once, nothing is cleaned up."""
+    with _host_verb(name, running=True) as (state, _, n):
         n.kill()
         if name in state.partitioned:
             state.partitioned.remove(name)
-        state.save()
 
 
 def boot(name: str, timeout: float = 60) -> None:
     """Start a crashed host again like a reboot: same disk, fresh /run, no VM autostarts."""
-    with _locked():
-        state = _require_up()
-        host = _check_host(state, name)
-        n = state.node(name)
-        if n is not None and n.alive():
-            raise LabError(f"{name} is running: `yasco-lab crash {name}` first")
+    with _host_verb(name, running=False) as (state, host, _):
         new = _start_host(host, state.layouts(), state)
         etcd.wait_healthy([host], timeout=timeout)
         hypervisor.wait_ready(new, host, timeout=timeout)
-        state.save()
 
 
 def partition(name: str) -> None:
     """Cut the host's network; everything on it keeps running."""
-    _set_partitioned(name, True)
+    with _host_verb(name, running=True) as (state, host, _):
+        if name in state.partitioned:
+            raise LabError(f"{name} is already partitioned")
+        network.set_link(host.veth, up=False)
+        state.partitioned.append(name)
 
 
 def heal(name: str) -> None:
-    _set_partitioned(name, False)
-
-
-def _set_partitioned(name: str, partitioned: bool) -> None:
-    with _locked():
-        state = _require_up()
-        host = _check_host(state, name)
-        n = state.node(name)
-        if n is None or not n.alive():
-            raise LabError(f"{name} is down: `yasco-lab boot {name}` first")
-        if partitioned == (name in state.partitioned):
-            raise LabError(f"{name} is {'already' if partitioned else 'not'} partitioned")
-        network.set_link(host.veth, up=not partitioned)
-        if partitioned:
-            state.partitioned.append(name)
-        else:
-            state.partitioned.remove(name)
-        state.save()
+    with _host_verb(name, running=True) as (state, host, _):
+        if name not in state.partitioned:
+            raise LabError(f"{name} is not partitioned")
+        network.set_link(host.veth, up=True)
+        state.partitioned.remove(name)
 
 
 def status() -> dict:
