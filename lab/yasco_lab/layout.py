@@ -94,10 +94,13 @@ class HostLayout:
         return f"http://{self.address}:{ETCD_PEER_PORT}"
 
     def libvirt_uri(self) -> str:
-        """A URI that reaches this host's libvirtd from the controller, over SSH."""
-        key = ssh_key_path()
-        return (f"qemu+ssh://root@{self.address}/system?keyfile={key}"
-                "&no_verify=1&no_tty=1")
+        """A URI that reaches this host's libvirtd from the controller, over SSH.
+
+        The libssh transport verifies the host key against the lab's known_hosts, where
+        the plain ssh transport could only skip the check or trust ~/.ssh/known_hosts.
+        """
+        return (f"qemu+libssh://root@{self.address}/system?keyfile={ssh_key_path()}"
+                f"&known_hosts={known_hosts_path()}&known_hosts_verify=normal")
 
 
 def ssh_dir() -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import etcd3gw
 import libvirt
+import pytest
 import rbd
 import yaml
 
@@ -68,6 +69,17 @@ def test_each_libvirtd_answers_on_its_uri_and_over_ssh(lab):
             capture_output=True, text=True, timeout=30, check=False)
         assert ssh.returncode == 0, ssh.stderr
         assert ssh.stdout.strip() == host["name"]
+
+
+def test_libvirt_uri_refuses_a_host_whose_key_does_not_match(lab, tmp_path):
+    hv1, hv2 = lab["hosts"][0], lab["hosts"][1]
+    known = layout.known_hosts_path().read_text().splitlines()
+    hv2_key = next(line for line in known if line.startswith(hv2["address"] + " "))
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(hv2_key.replace(hv2["address"], hv1["address"], 1) + "\n")
+    uri = hv1["libvirt_uri"].replace(str(layout.known_hosts_path()), str(wrong))
+    with pytest.raises(libvirt.libvirtError, match="HOST KEY VERIFICATION FAILED"):
+        libvirt.open(uri)
 
 
 def test_ansible_reaches_every_hypervisor_through_the_lab_inventory(lab):
