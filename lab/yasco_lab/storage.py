@@ -40,12 +40,17 @@ def create_image(name: str, size_mb: int = 16) -> None:
         rbd.RBD().create(ioctx, name, size_mb << 20)
 
 
-def remove_image(name: str) -> None:
+def remove_image(name: str) -> bool:
+    """Remove the image; False if a client still watches it (e.g. a crashed QEMU, until
+    Ceph's watch timeout expires)."""
     with pool() as ioctx:
         try:
             rbd.RBD().remove(ioctx, name)
         except rbd.ImageNotFound:
             pass
+        except rbd.ImageBusy:
+            return False
+    return True
 
 
 def canary_records(name: str) -> list[Record]:
