@@ -11,7 +11,6 @@ import shutil
 import socket
 import time
 import uuid
-from pathlib import Path
 
 from . import etcd
 from .ceph import client_conf, secret_key

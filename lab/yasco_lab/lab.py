@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Callable, Iterator
 
 from . import canary, ceph, etcd, hypervisor, inventory, network, node, sshkeys
 from .errors import LabError
@@ -23,6 +23,7 @@ from .layout import (BRIDGE, CEPH_POOL, MAX_HOSTS, PREFIX_LEN, HostLayout, ceph_
                      state_file)
 
 CEPH_NODE = "ceph"
+Log = Callable[[str], None]
 REQUIRED_COMMANDS = {
     "etcd": "etcd-server", "ceph-mon": "ceph-mon", "ceph-osd": "ceph-osd",
     "ceph": "ceph-common", "rbd": "ceph-common", "libvirtd": "libvirt-daemon",
@@ -134,7 +135,7 @@ def _teardown(state: LabState | None) -> None:
     network.delete_bridge()
 
 
-def up(count: int, log: callable = print) -> LabState:
+def up(count: int, log: Log = print) -> LabState:
     if not 1 <= count <= MAX_HOSTS:
         raise LabError(f"--hosts must be between 1 and {MAX_HOSTS}, not {count}")
     preflight()
@@ -160,7 +161,7 @@ def up(count: int, log: callable = print) -> LabState:
         return state
 
 
-def _bring_up(hosts: list[HostLayout], log: callable) -> LabState:
+def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
     network.create_bridge()
     log("building the canary guest")
     try:
@@ -236,7 +237,7 @@ def _start_host(host: HostLayout, cluster: list[HostLayout], state: LabState) ->
     return n
 
 
-def down(log: callable = print) -> None:
+def down(log: Log = print) -> None:
     preflight()
     with _locked():
         state = LabState.load()
@@ -318,7 +319,7 @@ def status() -> dict:
         })
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         health = list(pool.map(lambda h: etcd.endpoint_health(h["etcd_client_url"]), hosts))
-    for host, healthy in zip(hosts, health):
+    for host, healthy in zip(hosts, health, strict=True):
         host["etcd"] = "healthy" if healthy else "unreachable"
     try:
         ceph_health = ceph.health()["status"]

@@ -7,7 +7,7 @@ writes were acknowledged by Ceph and survived whatever happened to its host.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 import rados
 import rbd
