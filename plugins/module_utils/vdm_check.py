@@ -42,6 +42,12 @@ def _anti_affinity_clashes(vms: list[Vm]) -> list[str]:
     return clashes
 
 
+def _crowding(problem: Problem, host: str, vms: list[Vm], where: str) -> list[str]:
+    """What is wrong with running `vms` together on `host`: capacity and anti-affinity."""
+    return ([f"{where}: {host} over capacity: {o}" for o in _overruns(problem, host, vms)]
+            + [f"{where}: on {host}, {c}" for c in _anti_affinity_clashes(vms)])
+
+
 def check(problem: Problem, vdm: dict[str, Any]) -> list[str]:
     """Every way `vdm` breaks an invariant; [] when it is a valid plan for `problem`."""
     violations: list[str] = []
@@ -68,10 +74,7 @@ def check(problem: Problem, vdm: dict[str, Any]) -> list[str]:
             violations.append(f"{name}: home {host}, but it is pinned to {vms[name].home}")
         residents[host].append(vms[name])
     for host, here in residents.items():
-        for overrun in _overruns(problem, host, here):
-            violations.append(f"home placement on {host}: {overrun}")
-        for clash in _anti_affinity_clashes(here):
-            violations.append(f"home placement on {host}: {clash}")
+        violations += _crowding(problem, host, here, "home placement")
 
     # 2. Every failure set.
     expected_keys = {failure_set_key(s) for s in problem.failure_sets}
@@ -108,10 +111,7 @@ def check(problem: Problem, vdm: dict[str, Any]) -> list[str]:
             else:
                 running[target].append(vms[name])
         for host, here in running.items():
-            for overrun in _overruns(problem, host, here):
-                violations.append(f"{where}: {host} over capacity: {overrun}")
-            for clash in _anti_affinity_clashes(here):
-                violations.append(f"{where}: on {host}, {clash}")
+            violations += _crowding(problem, host, here, where)
 
     # 3. Nesting: failures that accumulate never move a VM twice. Checking each set
     # against those with one host fewer covers every chain of host failures; a whole
