@@ -20,7 +20,7 @@ from .errors import LabError
 from .layout import (BRIDGE, CEPH_POOL, MAX_HOSTS, PREFIX_LEN, HostLayout, ceph_address,
                      ceph_admin_keyring_path, ceph_conf_path, canary_dir, ceph_dir,
                      host_names, inventory_dir, ssh_key_path, state_dir,
-                     state_file)
+                     state_file, veth_name)
 
 CEPH_NODE = "ceph"
 Log = Callable[[str], None]
@@ -131,7 +131,7 @@ def _teardown(state: LabState | None) -> None:
                 pids += [n.init_pid, n.unshare_pid]
     node.kill_pids(sorted(set(pids)))
     for name in [CEPH_NODE] + host_names(MAX_HOSTS):
-        network.delete_link(f"yasco-{name}")
+        network.delete_link(veth_name(name))
     network.delete_bridge()
 
 
@@ -180,7 +180,7 @@ def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
                                  "cmdline": image.cmdline})
         state.remember(ceph_node)
         state.save()
-        node.attach(ceph_node, f"yasco-{CEPH_NODE}", ceph_address(), PREFIX_LEN, CEPH_NODE)
+        node.attach(ceph_node, veth_name(CEPH_NODE), ceph_address(), PREFIX_LEN, CEPH_NODE)
         state.ceph_fsid = ceph.CephBootstrap(ceph_node).run()
         log(f"starting hypervisors {', '.join(h.name for h in hosts)} "
             "(etcd member, libvirtd, sshd)")

@@ -48,6 +48,11 @@ def ceph_address() -> str:
     return str(SUBNET.network_address + 2)
 
 
+def veth_name(node: str) -> str:
+    """The controller-side end of a node's link to the bridge."""
+    return f"yasco-{node}"
+
+
 def host_names(count: int) -> list[str]:
     return [f"hv{i}" for i in range(1, count + 1)]
 
@@ -68,8 +73,8 @@ class HostLayout:
 
     @property
     def veth(self) -> str:
-        # The controller-side end of the host's link: partitioning the host takes it down.
-        return f"yasco-{self.name}"
+        # Partitioning the host takes this end of its link down.
+        return veth_name(self.name)
 
     @property
     def root(self) -> Path:

@@ -41,11 +41,3 @@ def set_link(name: str, up: bool) -> None:
     if not link_exists(name):
         raise LabError(f"link {name} does not exist: is the host running?")
     ip("link", "set", name, "up" if up else "down")
-
-
-def link_is_up(name: str) -> bool:
-    try:
-        return Path(f"/sys/class/net/{name}/operstate").read_text().strip() != "down" and \
-            "UP" in ip("link", "show", name).stdout.split(">")[0]
-    except (OSError, LabError):
-        return False
