@@ -9,11 +9,11 @@ import pwd
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Callable, Iterator
 
 from . import canary, ceph, etcd, hypervisor, inventory, network, node, sshkeys
 from .errors import LabError

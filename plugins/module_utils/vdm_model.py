@@ -49,6 +49,12 @@ class Host:
     net_mbps: float | None
     failure_domain: str | None = None
 
+    def overruns(self, vms: list[Vm]) -> list[str]:
+        """The resources `vms` together overrun on this host ([] when they fit)."""
+        return [resource for resource in RESOURCES
+                if getattr(self, resource) is not None
+                and sum(vm.demand(resource) for vm in vms) > getattr(self, resource) + 1e-9]
+
 
 @dataclass(frozen=True)
 class Vm:
@@ -77,16 +83,6 @@ class Problem:
     failures_to_tolerate: int = 1
     failure_domains_to_tolerate: int = 0
     failure_sets: tuple[frozenset[str], ...] = field(default=())
-
-    def fits(self, host: str, vms: list[Vm]) -> list[str]:
-        """The resources `vms` together overrun on `host` ([] when they fit)."""
-        h = self.hosts[host]
-        over = []
-        for resource in RESOURCES:
-            limit = getattr(h, resource)
-            if limit is not None and sum(vm.demand(resource) for vm in vms) > limit + 1e-9:
-                over.append(resource)
-        return over
 
 
 def failure_set_key(failed: frozenset[str] | set[str]) -> str:
@@ -287,7 +283,7 @@ def load_problem(hostvars: dict[str, dict], global_vars: dict[str, Any]) -> Prob
         if vm is None:
             continue
         candidates = [vm.home] if vm.home else sorted(vm.allowed)
-        fitting = [h for h in candidates if h in hosts and not Problem(hosts, {}).fits(h, [vm])]
+        fitting = [h for h in candidates if h in hosts and not hosts[h].overruns([vm])]
         if not fitting:
             problems.append(f"VM {name}: larger than every hypervisor it may run on "
                             f"({vm.vcpus:g} vCPUs, {vm.memory_mb:g} MB"
