@@ -1,6 +1,6 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
-.PHONY: setup test demo lab-down
+.PHONY: setup test demo lab-down bench-vdm
 
 setup:
 	@scripts/bootstrap
@@ -13,3 +13,7 @@ demo: setup
 
 lab-down: setup
 	.venv/bin/yasco-lab down
+
+# The VDM planner against vSphere-style slots and Ganeti-style N+1 (docs/vdm.md).
+bench-vdm: setup
+	.venv/bin/python benchmarks/vdm.py

@@ -14,13 +14,15 @@ from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_POOL, CEPH_SECRET_UUID, CLUSTE
 # 128 MiB, so these are small on purpose: a plan must fit the real machine.
 HOST_CAPACITY = {"vcpus": 4, "memory_mb": 1024}
 HOST_RESERVED = {"vcpus": 0, "memory_mb": 128}
-GENERATED_FILES = ("hosts.yml", "group_vars/all.yml")
+# Settings go in group_vars/all/ (not all.yml): the VDM is planned into the same
+# directory, and Ansible reads a group's directory or its .yml file, never both.
+GENERATED_FILES = ("hosts.yml", "group_vars/all/lab.yml")
 HEADER = "# Written by `yasco-lab up`, removed by `yasco-lab down`: do not edit.\n"
 
 
 def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Path:
     root = inventory_dir()
-    (root / "group_vars").mkdir(parents=True, exist_ok=True)
+    (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     inventory = {"all": {"children": {"yasco_hypervisors": {
         "hosts": {h.name: {
             "ansible_host": h.address,
@@ -51,7 +53,7 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
         "yasco_vm_defaults": {**canary, "memory_mb": 128, "vcpus": 1, "disk_gb": 1},
     }
     (root / "hosts.yml").write_text(HEADER + yaml.safe_dump(inventory, sort_keys=False))
-    (root / "group_vars" / "all.yml").write_text(
+    (root / "group_vars" / "all" / "lab.yml").write_text(
         HEADER + "---\n" + yaml.safe_dump(group_vars, sort_keys=False))
     return root
 
@@ -60,6 +62,6 @@ def remove() -> None:
     root = inventory_dir()
     for name in GENERATED_FILES:
         (root / name).unlink(missing_ok=True)
-    group_vars = root / "group_vars"
-    if group_vars.is_dir() and not any(group_vars.iterdir()):
-        group_vars.rmdir()
+    for directory in (root / "group_vars" / "all", root / "group_vars"):
+        if directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()

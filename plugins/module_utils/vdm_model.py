@@ -11,8 +11,10 @@ VM and the field, so an operator fixes an inventory in one pass.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 try:
@@ -88,6 +90,24 @@ class Problem:
 def failure_set_key(failed: frozenset[str] | set[str]) -> str:
     """How a failure set is written in the VDM: host names sorted and joined by ','."""
     return ",".join(sorted(failed))
+
+
+def problem_digest(problem: Problem) -> str:
+    """A digest of everything planning depends on: equal digests, equal problems."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, (set, frozenset)):
+            return sorted(value)
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+    document = plain({"hosts": {n: asdict(h) for n, h in problem.hosts.items()},
+                      "vms": {n: asdict(v) for n, v in problem.vms.items()},
+                      "x": problem.failures_to_tolerate,
+                      "domains": problem.failure_domains_to_tolerate})
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _number(value: Any, where: str, problems: list[str], *, positive: bool,

@@ -1,0 +1,178 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Plan the VDM on the controller from the inventory and write it as group vars.
+
+It is an action plugin because planning needs every hypervisor's variables (a VM's
+`placement` is evaluated against them) and writes into the inventory on the
+controller; nothing runs on a managed host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import yaml
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.yasco.cluster.plugins.module_utils import vdm_document
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
+    VdmInputError, load_problem, problem_digest)
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
+    VdmInfeasible, np, plan)
+
+ARGUMENT_SPEC = {
+    "group": {"type": "str", "default": "yasco_hypervisors"},
+    "path": {"type": "path"},
+    "keep_homes": {"type": "bool", "default": True},
+    "rebalance_moves": {"type": "int", "default": 0},
+}
+GLOBAL_VARS = ("yasco_vms", "yasco_vm_defaults", "yasco_failures_to_tolerate",
+               "yasco_failure_domains_to_tolerate", "yasco_cpu_allocation_ratio")
+# Not a hypervisor's own business, and large: left out of what placement sees.
+SKIPPED_HOST_VARS = set(GLOBAL_VARS) | {"yasco_vdm", "hostvars", "groups", "vars",
+                                        "omit", "environment"}
+HEADER = ("# Written by yasco.cluster.vdm_plan (playbooks/plan.yml): re-plan rather than\n"
+          "# edit it; the evacuation and provisioning playbooks read it as it is.\n")
+
+
+def _native(value):
+    """Plain Python data (no templating wrappers), as planning and YAML expect."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _default_path(task_vars: dict) -> str:
+    sources = task_vars.get("ansible_inventory_sources") or []
+    source = next((s for s in sources if os.path.exists(s)), None)
+    if source is None:
+        raise AnsibleActionFail("cannot tell where the inventory is: set path")
+    root = source if os.path.isdir(source) else os.path.dirname(source)
+    return os.path.join(root, "group_vars", "all", "yasco_vdm.yml")
+
+
+def _read(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            content = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise AnsibleActionFail(f"cannot read the current VDM {path}: {err}") from err
+    vdm = content.get("yasco_vdm") if isinstance(content, dict) else None
+    if not isinstance(vdm, dict):
+        raise AnsibleActionFail(f"{path} holds no yasco_vdm mapping; move it aside and "
+                                "plan again")
+    return vdm
+
+
+def _refuse_masking(path: str) -> None:
+    """Ansible reads group_vars/all/ or group_vars/all.yml, never both: writing the
+    directory next to the file would silently drop every variable in the file."""
+    directory = os.path.dirname(path)
+    for suffix in ("", ".yml", ".yaml", ".json"):
+        sibling = directory + suffix
+        if os.path.isfile(sibling):
+            raise AnsibleActionFail(
+                f"{sibling} exists, and Ansible ignores it once {directory}/ exists: move "
+                f"it to {directory}/main.yml (same content) and plan again, or set path")
+
+
+def _dump(vdm: dict) -> str:
+    return HEADER + "---\n" + yaml.safe_dump({"yasco_vdm": vdm}, sort_keys=False,
+                                             default_flow_style=False, width=100)
+
+
+def _write(path: str, text: str) -> None:
+    """Replace the file atomically: a reader sees the old map or the new one."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=".yasco_vdm.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if np is None:
+            raise AnsibleActionFail("yasco.cluster.vdm_plan needs the Python library numpy "
+                                    "on the controller (pip install numpy)")
+        if args["rebalance_moves"] < 0:
+            raise AnsibleActionFail("rebalance_moves: must be 0 or more")
+        group = args["group"]
+        members = (task_vars.get("groups") or {}).get(group) or []
+        if not members:
+            raise AnsibleActionFail(f"the inventory group {group} has no hosts: list the "
+                                    "hypervisors in it")
+        hostvars = task_vars["hostvars"]
+        first = hostvars[members[0]]
+        global_vars = _native({k: first[k] for k in GLOBAL_VARS if k in first})
+        per_host = _native({h: {k: hostvars[h][k] for k in hostvars[h]
+                                if k not in SKIPPED_HOST_VARS}
+                            for h in members})
+        path = args["path"] or _default_path(task_vars)
+        _refuse_masking(path)
+        previous = _read(path)
+
+        try:
+            problem = load_problem(per_host, global_vars)
+        except VdmInputError as err:
+            result.update(failed=True, problems=err.problems,
+                          msg="invalid VDM input: " + "; ".join(err.problems))
+            return result
+        if (previous and previous.get("digest") == problem_digest(problem)
+                and not args["rebalance_moves"] and not check(problem, previous)):
+            result.update(changed=False, path=path, version=previous.get("version"),
+                          moved=[], msg=f"VDM version {previous.get('version')} is current")
+            return result
+        keep = (previous or {}).get("home") if args["keep_homes"] else None
+        try:
+            planned = plan(problem, previous_home=keep,
+                           rebalance_moves=args["rebalance_moves"])
+        except VdmInfeasible as err:
+            result.update(failed=True, msg=f"no VDM can be planned: {err}")
+            return result
+        vdm = vdm_document.build(problem, planned, previous)
+        violations = check(problem, vdm)
+        if violations:  # a planner bug: never write a map that breaks an invariant
+            result.update(failed=True, violations=violations[:20],
+                          msg="the planned VDM fails its own check; nothing was written")
+            return result
+
+        before = _dump(previous) if previous else ""
+        after = _dump(vdm)
+        changed = before != after
+        if changed and not self._task.check_mode:
+            _write(path, after)
+        if self._task.diff and changed:
+            result["diff"] = {"before": before, "after": after,
+                              "before_header": path, "after_header": path}
+        old_home = (previous or {}).get("home") or {}
+        moved = sorted(n for n, h in vdm["home"].items() if old_home.get(n) not in (None, h))
+        result.update(
+            changed=changed, path=path, version=vdm["version"], digest=vdm["digest"],
+            home=vdm["home"], reserve=vdm["reserve"], moved=moved,
+            msg=(f"VDM version {vdm['version']}: {len(vdm['home'])} VMs on "
+                 f"{len(problem.hosts)} hypervisors, {len(problem.failure_sets)} failure "
+                 f"sets covered, {len(moved)} VMs move home"))
+        return result

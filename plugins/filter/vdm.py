@@ -1,0 +1,41 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters that read the Virtual Distribution Map (yasco_vdm) in playbooks."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import failure_set_key
+
+
+def _hosts(failed, name: str) -> list[str]:
+    if isinstance(failed, str):
+        failed = [h for h in failed.split(",") if h]
+    if not isinstance(failed, (list, tuple, set)) or not all(isinstance(h, str) for h in failed):
+        raise AnsibleFilterError(f"{name}: failed hosts must be a list of host names or a "
+                                 f"comma-separated string, got {failed!r}")
+    return list(failed)
+
+
+def vdm_failover(vdm, failed):
+    if not isinstance(vdm, dict) or "home" not in vdm:
+        raise AnsibleFilterError("vdm_failover: the input is not a VDM (yasco_vdm); "
+                                 "plan one with playbooks/plan.yml")
+    hosts = _hosts(failed, "vdm_failover")
+    unknown = sorted(set(hosts) - set(vdm.get("hosts", {})))
+    if unknown:
+        raise AnsibleFilterError(f"vdm_failover: {', '.join(unknown)} is not a hypervisor "
+                                 "of this VDM; re-plan if hypervisors were added")
+    return failover_for(vdm, hosts)
+
+
+def vdm_failure_key(failed):
+    return failure_set_key(set(_hosts(failed, "vdm_failure_key")))
+
+
+class FilterModule:
+    def filters(self):
+        return {"vdm_failover": vdm_failover, "vdm_failure_key": vdm_failure_key}

@@ -1,0 +1,121 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# The work is done on the controller by the action plugin of the same name
+# (plugins/action/vdm_plan.py); this file documents it.
+
+DOCUMENTATION = r"""
+---
+module: vdm_plan
+short_description: Plan the Virtual Distribution Map and write it into the inventory
+version_added: 0.1.0
+description:
+  - Reads the hypervisors of O(group) and the VMs of C(yasco_vms) from the inventory,
+    plans every VM's home and, for every set of up to C(yasco_failures_to_tolerate)
+    failed hypervisors (and every whole failure domain when
+    C(yasco_failure_domains_to_tolerate) is 1), where each HA VM goes and which
+    preemptible VMs stop to make room.
+  - Writes the map as C(yasco_vdm) to O(path), atomically. An infeasible or invalid
+    input fails with a message naming the failure set, VM or host, and writes nothing.
+  - Re-planning keeps the current homes unless a VM must move, and reports which VMs
+    move. When the inputs have not changed since the current map was planned, nothing
+    changes.
+  - Runs on the controller; the task's host does not matter.
+  - The schema of the inputs and the invariants of the map are in the collection's
+    C(docs/vdm.md).
+author:
+  - YASCO developers
+options:
+  group:
+    description: The inventory group whose hosts are the hypervisors.
+    type: str
+    default: yasco_hypervisors
+  path:
+    description:
+      - The file to write.
+      - Defaults to C(group_vars/all/yasco_vdm.yml) in the directory of the first
+        inventory source.
+    type: path
+  keep_homes:
+    description:
+      - Keep each VM's home from the current map unless it must move.
+      - With V(false) the map is planned afresh, which may move many VMs.
+    type: bool
+    default: true
+  rebalance_moves:
+    description:
+      - How many more VMs may move home, beyond those that must, to even out the
+        hypervisors. Each move is a live migration when the map is applied.
+    type: int
+    default: 0
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    platforms: all
+requirements:
+  - numpy
+  - jmespath (for VMs with C(placement))
+notes:
+  - The map is checked against every invariant by a checker independent of the
+    planner before it is written.
+seealso:
+  - name: The VDM schema and invariants
+    description: docs/vdm.md in the collection.
+    link: https://github.com/yasco/cluster/blob/main/docs/vdm.md
+"""
+
+EXAMPLES = r"""
+- name: Plan the VDM for the current inventory
+  yasco.cluster.vdm_plan:
+
+- name: Plan, allowing up to five live migrations to rebalance
+  yasco.cluster.vdm_plan:
+    rebalance_moves: 5
+
+- name: Plan into a file of one's choosing
+  yasco.cluster.vdm_plan:
+    path: /srv/inventory/group_vars/all/yasco_vdm.yml
+"""
+
+RETURN = r"""
+path:
+  description: The file the map is (or, in check mode, would be) written to.
+  returned: success
+  type: str
+  sample: inventories/prod/group_vars/all/yasco_vdm.yml
+version:
+  description: The map's version; it increases whenever the map changes.
+  returned: success
+  type: int
+  sample: 7
+digest:
+  description: A digest of the inputs the map was planned from.
+  returned: changed
+  type: str
+home:
+  description: Every VM's home hypervisor.
+  returned: changed
+  type: dict
+  sample: {web1: hv1, db1: hv2}
+reserve:
+  description: The spare capacity each hypervisor keeps for failover.
+  returned: changed
+  type: dict
+  sample: {hv3: {vcpus: 4, memory_mb: 8192}}
+moved:
+  description: The VMs whose home differs from the current map's.
+  returned: success
+  type: list
+  elements: str
+  sample: [web2]
+problems:
+  description: Every problem found in the inputs, each naming the VM or host and field.
+  returned: when the inputs are invalid
+  type: list
+  elements: str
+"""

@@ -1,0 +1,122 @@
+"""playbooks/plan.yml end to end: a small inventory in, yasco_vdm out, and every way
+it can refuse, through ansible-playbook as an operator runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import load_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTS = {f"hv{i}": {"yasco_capacity": {"vcpus": 8, "memory_mb": 8192}} for i in (1, 2, 3)}
+VMS = {
+    "web1": {"vcpus": 2, "memory_mb": 2048, "ha": True, "anti_affinity": ["web"]},
+    "web2": {"vcpus": 2, "memory_mb": 2048, "ha": True, "anti_affinity": ["web"]},
+    "db1": {"vcpus": 2, "memory_mb": 2048, "ha": True, "priority": 10,
+            "placement": "yasco_capacity.memory_mb >= `8192`"},
+    "batch1": {"vcpus": 2, "memory_mb": 4096, "preemptible": True},
+}
+
+
+def inventory(root: Path, vms: dict, **settings) -> Path:
+    (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (root / "hosts.yml").write_text(yaml.safe_dump(
+        {"all": {"children": {"yasco_hypervisors": {"hosts": HOSTS}}}}))
+    (root / "group_vars" / "all" / "main.yml").write_text(
+        yaml.safe_dump({"yasco_vms": vms, **settings}))
+    return root
+
+
+def run_plan(inv: Path, *args: str) -> tuple[int, dict]:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1"}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
+                           str(inv), "playbooks/plan.yml", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    task = report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return done.returncode, task
+
+
+def vdm_file(inv: Path) -> Path:
+    return inv / "group_vars" / "all" / "yasco_vdm.yml"
+
+
+def written(inv: Path) -> dict:
+    return yaml.safe_load(vdm_file(inv).read_text())["yasco_vdm"]
+
+
+def test_plan_writes_a_valid_map_and_a_second_run_changes_nothing(tmp_path):
+    inv = inventory(tmp_path, VMS)
+    rc, task = run_plan(inv)
+    assert rc == 0 and task["changed"] is True, task
+    vdm = written(inv)
+    assert vdm["version"] == 1
+    assert set(vdm["home"]) == set(VMS)
+    assert set(vdm["failover"]) == {"hv1", "hv2", "hv3"}
+    problem = load_problem(HOSTS, {"yasco_vms": VMS})
+    assert check(problem, vdm) == []
+    rc, task = run_plan(inv)
+    assert rc == 0 and task["changed"] is False, task
+    assert written(inv)["version"] == 1
+
+
+def test_check_mode_shows_the_diff_and_writes_nothing(tmp_path):
+    inv = inventory(tmp_path, VMS)
+    rc, task = run_plan(inv, "--check", "--diff")
+    assert rc == 0 and task["changed"] is True
+    assert "web1" in task["diff"]["after"] and task["diff"]["before"] == ""
+    assert not vdm_file(inv).exists()
+
+
+def test_replanning_with_a_new_vm_keeps_homes_and_bumps_the_version(tmp_path):
+    inv = inventory(tmp_path, VMS)
+    run_plan(inv)
+    before = written(inv)
+    inventory(tmp_path, {**VMS, "web3": {"vcpus": 1, "memory_mb": 1024, "ha": True}})
+    rc, task = run_plan(inv)
+    assert rc == 0 and task["changed"] is True and task["moved"] == []
+    after = written(inv)
+    assert after["version"] == 2
+    assert {n: after["home"][n] for n in before["home"]} == before["home"]
+
+
+def test_an_infeasible_inventory_names_the_failure_set_and_writes_nothing(tmp_path):
+    big = {f"vm{i}": {"vcpus": 2, "memory_mb": 4096, "ha": True} for i in range(5)}
+    inv = inventory(tmp_path, big, yasco_failures_to_tolerate=2)
+    rc, task = run_plan(inv)
+    assert rc != 0
+    assert task["msg"].startswith("no VDM can be planned: failure of hv1,hv2: 2 vCPUs and "
+                                  "12288 MB memory short on hosts outside {hv1,hv2}"), task["msg"]
+    assert not vdm_file(inv).exists()
+
+
+def test_invalid_input_names_the_vm_and_the_field(tmp_path):
+    inv = inventory(tmp_path, {**VMS, "db2": {"vcpus": 1, "memory_mb": -5, "hosts": ["hv9"]}})
+    rc, task = run_plan(inv)
+    assert rc != 0
+    assert "VM db2: memory_mb: must be positive, got -5" in task["problems"]
+    assert "VM db2: hosts names 'hv9', which is not in yasco_hypervisors" in task["problems"]
+    assert not vdm_file(inv).exists()
+
+
+@pytest.mark.parametrize("name", ["all.yml", "all.yaml"])
+def test_a_group_vars_file_that_the_map_would_hide_is_refused(tmp_path, name):
+    inv = inventory(tmp_path, VMS)
+    main = inv / "group_vars" / "all" / "main.yml"
+    (inv / "group_vars" / name).write_text(main.read_text())
+    main.unlink()
+    (inv / "group_vars" / "all").rmdir()
+    rc, task = run_plan(inv)
+    assert rc != 0
+    assert f"group_vars/{name} exists, and Ansible ignores it" in task["msg"]
+    assert not (inv / "group_vars" / "all").exists()
