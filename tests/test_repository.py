@@ -49,3 +49,22 @@ def test_ansible_rulebook_runs_on_the_jvm():
     java_home = os.environ.get("JAVA_HOME") or sorted(glob.glob("/usr/lib/jvm/java-17-*"))[-1]
     env = {**os.environ, "JAVA_HOME": java_home, "PATH": f"{BIN}:{os.environ['PATH']}"}
     assert "Drools_jpy" in run(str(BIN / "ansible-rulebook"), "--version", env=env).stdout
+
+
+def test_every_module_and_filter_documents_itself():
+    """ansible-doc parses every plugin's documentation (what ansible-test sanity and
+    Galaxy render)."""
+    import json
+    kinds = {"module": sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py")
+                              if p.stem != "__init__"),
+             "filter": sorted(p.stem for p in (REPO / "plugins" / "filter").glob("*.yml"))}
+    for kind, names in kinds.items():
+        assert names, kind
+        result = run(str(BIN / "ansible-doc"), "-t", kind, "--json",
+                     *[f"yasco.cluster.{n}" for n in names])
+        assert "ERROR" not in result.stderr, result.stderr
+        docs = json.loads(result.stdout)
+        assert sorted(docs) == [f"yasco.cluster.{n}" for n in names]
+        for name, doc in docs.items():
+            assert doc["doc"]["short_description"], name
+            assert doc["examples"], name

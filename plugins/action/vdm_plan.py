@@ -148,6 +148,7 @@ class ActionModule(ActionBase):
         keep = (previous or {}).get("home") if args["keep_homes"] else None
         try:
             planned = plan(problem, previous_home=keep,
+                           previous_failover=(previous or {}).get("failover") if keep else None,
                            rebalance_moves=args["rebalance_moves"])
         except VdmInfeasible as err:
             result.update(failed=True, msg=f"no VDM can be planned: {err}")

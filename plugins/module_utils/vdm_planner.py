@@ -39,6 +39,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
 _EPSILON = 1e-6
 _UNITS = {"vcpus": "vCPUs", "memory_mb": "MB memory", "net_mbps": "Mbps network"}
 _BRANCHES = 3  # runners-up tried at each link of a chain before giving up
+_EVICTION_HOMES = 4  # hosts on which a VM that fits nowhere tries to make room
+_EVICTION_TRIALS = 4  # single VMs tried for eviction on each of them
 _WHAT_HELPS = ("add or enlarge hypervisors, lower yasco_failures_to_tolerate, or make "
                "some VMs plain (ha: false) or preemptible")
 
@@ -63,8 +65,10 @@ def _amount(value: float) -> float | int:
 class _State:
     """Homes, chains and the load every failure set puts on every host, kept in step."""
 
-    def __init__(self, problem: Problem, pack: bool = False) -> None:
+    def __init__(self, problem: Problem, pack: bool = False,
+                 previous_chains: dict[tuple[str, int], list[str]] | None = None) -> None:
         self.problem = problem
+        self.previous_chains = previous_chains or {}  # (VM, home) -> the current chain
         self.pack = pack  # fill hosts in order (first fit) instead of spreading
         self.names = sorted(problem.hosts)
         self.index = {h: i for i, h in enumerate(self.names)}
@@ -147,8 +151,11 @@ class _State:
         if not fits.any():
             reasons.append(self._chain_shortfall(vm, remaining, usable, room))
             return None
-        # The roomiest host first; among equals, the one the failed hosts lean on least
-        # on average, which spreads each host's VMs over all the others.
+        # Cheapest first: the host whose spare grows least, since spare that one failure
+        # set already needs is free for every other set. Among equals the roomiest,
+        # then the one the failed hosts lean on least on average, which spreads each
+        # host's VMs over all the others.
+        growth = np.round((np.maximum(worst + d - self.peak, 0) / self.scale).max(axis=1), 9)
         loaded = covers[:, :, None] * self.load[remaining]
         mean = (loaded.sum(axis=0) / np.maximum(covers.sum(axis=0), 1)[:, None]
                 / self.scale).max(axis=1)
@@ -156,7 +163,7 @@ class _State:
         if self.pack:
             order = np.lexsort((np.arange(len(fits)), ~fits))
         else:
-            order = np.lexsort((mean, -np.where(fits, roomiest, -np.inf)))
+            order = np.lexsort((mean, -roomiest, np.where(fits, growth, np.inf)))
         for target in order[:_BRANCHES]:
             if not fits[target]:
                 break
@@ -260,11 +267,35 @@ class _State:
             return self._home_shortfall(vm, j, d)
         chain = []
         if vm.ha:
-            chain, reason = self.chain_for(vm, j, d)
+            chain = self.fixed_chain(vm, j, d, self.previous_chains.get((vm.name, j), []))
             if chain is None:
-                return f"homed on {self.names[j]}, {reason}"
+                chain, reason = self.chain_for(vm, j, d)
+                if chain is None:
+                    return f"homed on {self.names[j]}, {reason}"
         self.place(vm, j, d, chain)
         return None
+
+    def fixed_chain(self, vm: Vm, j: int, d: np.ndarray, hosts: list[str]):
+        """The chain through `hosts` (the current map's, kept so that failover targets
+        stay put) if it still covers every failure set and fits; else None."""
+        remaining = self.sets_of[j]
+        chain = []
+        for host in hosts:
+            t = self.index.get(host)
+            if t is None or t == j or not self.allowed(vm)[t]:
+                return None
+            covers = ~self.in_set[remaining]
+            taken = covers[:, t]
+            if not taken.any():
+                continue
+            sets = remaining[taken]
+            if (self.load[sets, t] + d > self.cap[t] - self.firm[t] + _EPSILON).any():
+                return None
+            if any(self._label_clash(label, remaining, covers)[t] for label in vm.anti_affinity):
+                return None
+            chain.append((sets, t))
+            remaining = remaining[~taken]
+        return None if remaining.size else chain
 
     def best_homes(self, vm: Vm, d: np.ndarray) -> list[int]:
         """Allowed homes, the emptiest first (worst fit spreads failover load evenly),
@@ -341,18 +372,53 @@ def _place_all(state: _State, vms: list[Vm], homes: dict[str, str]) -> None:
         if wanted in state.index and state.try_home(vm, d, state.index[wanted]) is None:
             continue
         reasons = []
-        for j in ([state.index[vm.home]] if vm.home else state.best_homes(vm, d)):
+        homes_to_try = [state.index[vm.home]] if vm.home else state.best_homes(vm, d)
+        for j in homes_to_try:
             reason = state.try_home(vm, d, j)
             if reason is None:
                 break
             reasons.append(reason)
         else:
+            if any(_evict_for(state, vm, d, j) for j in homes_to_try[:_EVICTION_HOMES]):
+                continue
             kind = "HA" if vm.ha else "preemptible" if vm.preemptible else "plain"
             sizes = ", ".join(f"{_amount(vm.demand(r))} {_UNITS[r]}" for r in RESOURCES
                               if vm.demand(r))
             detail = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
             raise VdmInfeasible(f"VM {vm.name} ({kind}, {sizes}) fits nowhere: {detail}; "
                                 + _WHAT_HELPS)
+
+
+def _evict_for(state: _State, vm: Vm, d: np.ndarray, j: int) -> bool:
+    """Local search for a VM that fits nowhere: make room on host j by moving one or
+    two of its VMs elsewhere. Everything is put back as it was when that fails."""
+    problem = state.problem
+    residents = sorted((problem.vms[n] for n, h in state.home.items()
+                        if h == j and problem.vms[n].home is None),
+                       key=lambda other: (state.demand(other).max(), other.name))
+    trials = [[other] for other in residents[:_EVICTION_TRIALS]]
+    trials += [residents[-2:]] if len(residents) >= 2 else []
+    for evicted in trials:
+        saved = [(other, state.home[other.name], state.chains.get(other.name, []))
+                 for other in evicted]
+        for other, _, _ in saved:
+            state.remove(other, state.demand(other))
+        placed = []
+        if state.try_home(vm, d, j) is None:
+            placed.append(vm)
+            for other, _, _ in saved:
+                od = state.demand(other)
+                if not any(state.try_home(other, od, k) is None
+                           for k in state.best_homes(other, od) if k != j):
+                    break
+                placed.append(other)
+            else:
+                return True
+        for other in reversed(placed):
+            state.remove(other, state.demand(other))
+        for other, home, chain in reversed(saved):
+            state.place(other, home, state.demand(other), chain)
+    return False
 
 
 def _rebalance(state: _State, problem: Problem, budget: int) -> None:
@@ -419,21 +485,48 @@ def _preemptions(state: _State, problem: Problem) -> dict[str, list[str]]:
     return {key: sorted(names) for key, names in sorted(preempt.items())}
 
 
-def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, str]
-                    ) -> _State:
+def _previous_chains(problem: Problem, previous_home: dict[str, str],
+                     previous_failover: dict[str, dict[str, str]]
+                     ) -> dict[tuple[str, int], list[str]]:
+    """Each HA VM's chain in the current map: its target when its home fails, then when
+    that target fails too, and so on; then its targets when whole domains fail."""
+    index = {h: i for i, h in enumerate(sorted(problem.hosts))}
+    targets: dict[str, set[str]] = {}
+    for moves in previous_failover.values():
+        for name, target in moves.items():
+            targets.setdefault(name, set()).add(target)
+    chains = {}
+    for name, home in previous_home.items():
+        if home not in index or not problem.vms[name].ha:
+            continue
+        chain: list[str] = []
+        failed = {home}
+        while (step := previous_failover.get(failure_set_key(failed), {}).get(name)) \
+                and step not in failed:
+            chain.append(step)
+            failed.add(step)
+        chain += sorted(targets.get(name, set()) - set(chain) - {home})
+        chains[(name, index[home])] = chain
+    return chains
+
+
+def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, str],
+                    previous_chains: dict[tuple[str, int], list[str]]) -> _State:
     """Try ways of placing, most balanced and fewest moves first; the first that
     succeeds wins, and the first failure is the one reported."""
     new = [vm for vm in order if vm.name not in previous_home]
     kept = [vm for vm in order if vm.name in previous_home]
-    attempts = [(pack, order, previous_home) for pack in (False, True)]
+    attempts = []
     if previous_home:
-        # New VMs take the free room first, then kept VMs go home where they still fit;
-        # only then plan afresh, moving whatever must move.
-        attempts += [(pack, new + kept, previous_home) for pack in (False, True)]
-        attempts += [(pack, order, {}) for pack in (False, True)]
+        # Kept VMs go home first, as they are, and new VMs take the room left; failing
+        # that, everything in planning order with homes kept where they fit; then new
+        # VMs first; only then plan afresh, moving whatever must move.
+        for vms in (kept + new, order, new + kept):
+            attempts += [(pack, vms, previous_home) for pack in (False, True)]
+    attempts += [(pack, order, {}) for pack in (False, True)]
     failure = None
     for pack, vms, homes in attempts:
-        state = _State(problem, pack=pack)
+        state = _State(problem, pack=pack, previous_chains=previous_chains if homes else None)
         try:
             _place_all(state, vms, homes)
             return state
@@ -443,11 +536,14 @@ def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, 
 
 
 def plan(problem: Problem, previous_home: dict[str, str] | None = None,
-         rebalance_moves: int = 0) -> Plan:
+         rebalance_moves: int = 0,
+         previous_failover: dict[str, dict[str, str]] | None = None) -> Plan:
     """Plan a VDM for `problem`.
 
     With `previous_home` (the home map of the current VDM) VMs keep their homes unless
-    they must move; up to `rebalance_moves` more may move to even out the hosts.
+    they must move, and with `previous_failover` (its failover map) their failover
+    targets where they still fit; up to `rebalance_moves` more may move to even out
+    the hosts.
     Raises VdmInfeasible naming the failure set or VM that cannot be covered.
     """
     if np is None:
@@ -455,7 +551,8 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     _check_totals(problem)
     previous_home = {n: h for n, h in (previous_home or {}).items() if n in problem.vms}
     order = _placing_order(list(problem.vms.values()), problem)
-    state = _first_feasible(problem, order, previous_home)
+    chains = _previous_chains(problem, previous_home, previous_failover or {})
+    state = _first_feasible(problem, order, previous_home, chains)
     if rebalance_moves:
         _rebalance(state, problem, rebalance_moves)
     home = {name: state.names[j] for name, j in sorted(state.home.items())}

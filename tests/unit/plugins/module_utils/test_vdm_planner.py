@@ -102,7 +102,8 @@ def test_replanning_keeps_every_invariant(cluster, rebalance_moves):
     try:
         before = plan(load_problem(hostvars, {**global_vars, "yasco_vms": first}))
         problem = load_problem(hostvars, global_vars)
-        after = plan(problem, previous_home=before.home, rebalance_moves=rebalance_moves)
+        after = plan(problem, previous_home=before.home, rebalance_moves=rebalance_moves,
+                     previous_failover=before.failover)
     except (VdmInputError, VdmInfeasible):
         return
     assert check(problem, as_vdm(after)) == []
