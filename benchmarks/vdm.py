@@ -120,13 +120,18 @@ def moved_share(family: Family, n: int) -> float:
     n = int(n * 1.1)
     before = plan(load_problem(*family.inventory(base)))
     problem = load_problem(*family.inventory(n))
-    after = _checked(problem, plan(problem, previous_home=before.home, previous_failover=before.failover))
+    after = _checked(problem, replan(problem, before))
     return 100 * len(after.moved) / max(base, 1)
 
 
+def replan(problem: Problem, before: Plan) -> Plan:
+    return plan(problem, previous_home=before.home, previous_failover=before.failover)
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
+    line = lambda cells: "  ".join(  # noqa: E731
+        str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -137,7 +142,7 @@ def run_families(quick: bool) -> None:
         for name, method in METHODS.items():
             n = admitted(family, method)
             problem = load_problem(*family.inventory(n))
-            seconds = timed(lambda: method(problem))
+            seconds = timed(lambda method=method, problem=problem: method(problem))
             moved = f"{moved_share(family, int(n * 0.8)):.1f}%" if name == "YASCO" else "0"
             rows.append([family.name, len(family.hostvars), name, n,
                          f"{percent_ideal(problem):.1f}", f"{percent_capacity(problem):.1f}",
@@ -160,10 +165,10 @@ def run_large(hosts: int, vms: int) -> None:
     checking = time.perf_counter() - start - seconds
     base = load_problem(*family.inventory(int(vms / 1.1)))  # then 10 % more
     before = plan(base)
-    replan = timed(lambda: plan(problem, previous_home=before.home, previous_failover=before.failover), repeat=1)
-    after = _checked(problem, plan(problem, previous_home=before.home, previous_failover=before.failover))
+    replanning = timed(lambda: replan(problem, before), repeat=1)
+    after = _checked(problem, replan(problem, before))
     rows = [[family.name, f"{validate:.1f}", f"{seconds:.1f}", f"{checking:.1f}",
-             f"{replan:.1f}", f"{100 * len(after.moved) / len(base.vms):.2f}%",
+             f"{replanning:.1f}", f"{100 * len(after.moved) / len(base.vms):.2f}%",
              f"{percent_capacity(problem):.1f}"]]
     print(table(rows, ["instance", "validate s", "plan s", "check s", "re-plan s",
                        "moved on +10%", "%cap"]))

@@ -73,8 +73,8 @@ def clusters(draw):
 
 INFEASIBLE = re.compile(r"^(failure of [\w,]+: [\d.]+ (vCPUs|MB memory|Mbps network)"
                         r"( and [\d.]+ (MB memory|Mbps network))* short "
-                        r"on hosts outside \{[\w,]+\} \(.*\)|the VMs need more .* short|VM \w+ \(.*\) "
-                        r"fits nowhere: .+); add or enlarge hypervisors")
+                        r"on hosts outside \{[\w,]+\} \(.*\)|the VMs need more .* short|"
+                        r"VM \w+ \(.*\) fits nowhere: .+); add or enlarge hypervisors")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
