@@ -107,7 +107,7 @@ def percent_capacity(problem: Problem) -> float:
 
 def timed(fn, repeat: int = 3) -> float:
     times = []
-    for _ in range(repeat):
+    for dummy in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -130,8 +130,10 @@ def replan(problem: Problem, before: Plan) -> Plan:
 
 def table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
-    line = lambda cells: "  ".join(  # noqa: E731
-        str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+
+    def line(cells: list) -> str:
+        return "  ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True))
+
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
@@ -176,7 +178,7 @@ def run_large(hosts: int, vms: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true",
                         help="12-host families and a 50-host scale case (a minute)")
     args = parser.parse_args()

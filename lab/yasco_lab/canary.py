@@ -210,19 +210,20 @@ def build(out_dir: Path) -> CanaryImage:
     """Build (or reuse) the canary kernel and initrd in ``out_dir``."""
     version, kernel_src = _find_kernel()
     modules = _resolve_modules(version)
-    init = init_script([name for name, _ in modules])
+    init = init_script([name for name, dummy in modules])
     image = CanaryImage(out_dir / "canary-vmlinuz", out_dir / "canary-initrd.gz", CMDLINE)
 
     inputs = {"format": _FORMAT, "kernel": version, "init": init,
-              "modules": [str(p) for _, p in modules]}
+              "modules": [str(p) for dummy, p in modules]}
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
     stamp = out_dir / "canary.stamp"
     if (stamp.is_file() and stamp.read_text().strip() == digest
             and image.kernel.is_file() and image.initrd.is_file()):
         return image
 
-    entries = [(d, 0o40755, b"") for d in ("bin", "sbin", "usr", "usr/bin", "usr/sbin",
-                                            "dev", "proc", "sys", "tmp", "lib", "lib/modules")]
+    directories = ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp",
+                   "lib", "lib/modules")
+    entries = [(d, 0o40755, b"") for d in directories]
     entries += [("dev/console", 0o20600, b""), ("bin/busybox", 0o100755, _busybox()),
                 ("bin/sh", 0o120777, b"busybox"), ("init", 0o100755, init.encode())]
     entries += [(f"lib/modules/{name}.ko", 0o100644, _module_bytes(path))

@@ -190,7 +190,7 @@ def ceph_cli(*args: str, timeout: float = 30) -> str:
 def secret_key(keyring: Path) -> str:
     """The base64 cephx key from a keyring file."""
     for line in keyring.read_text().splitlines():
-        name, _, value = line.partition("=")
+        name, dummy, value = line.partition("=")
         if name.strip() == "key":
             return value.strip()
     raise LabError(f"no key in {keyring}")

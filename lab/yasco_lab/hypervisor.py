@@ -34,7 +34,7 @@ _HOST_UUID_NAMESPACE = uuid.UUID("0c1f6a52-5e0e-4d55-b6a4-9b6e1c0a7a10")
 
 def prepare(host: HostLayout, cluster_fsid: str) -> None:
     """Write the host's configuration, once, before its first boot."""
-    for sub, _ in _PRIVATE_DIRS:
+    for sub, dummy in _PRIVATE_DIRS:
         (host.root / sub).mkdir(parents=True, exist_ok=True)
     (host.root / "log" / "qemu").mkdir(exist_ok=True)  # domain logs and serial consoles
     _write_libvirt_conf(host)

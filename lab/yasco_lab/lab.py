@@ -123,7 +123,7 @@ def _check_host(state: LabState, name: str) -> HostLayout:
 
 def _teardown(state: LabState | None) -> None:
     """Kill every lab node (known or stale), then remove links and the bridge."""
-    pids = [pid for pid, _ in node.find_stale()]
+    pids = [pid for pid, dummy in node.find_stale()]
     if state is not None:
         for name in state.nodes:
             n = state.node(name)
@@ -268,7 +268,7 @@ def _host_verb(name: str, running: bool) -> Iterator[tuple[LabState, HostLayout,
 
 def crash(name: str) -> None:
     """Power loss: every process of the host dies at once, nothing is cleaned up."""
-    with _host_verb(name, running=True) as (state, _, n):
+    with _host_verb(name, running=True) as (state, dummy, n):
         n.kill()
         if name in state.partitioned:
             state.partitioned.remove(name)
@@ -276,7 +276,7 @@ def crash(name: str) -> None:
 
 def boot(name: str, timeout: float = 60) -> None:
     """Start a crashed host again like a reboot: same disk, fresh /run, no VM autostarts."""
-    with _host_verb(name, running=False) as (state, host, _):
+    with _host_verb(name, running=False) as (state, host, dummy):
         new = _start_host(host, state.layouts(), state)
         etcd.wait_healthy([host], timeout=timeout)
         hypervisor.wait_ready(new, host, timeout=timeout)
@@ -284,7 +284,7 @@ def boot(name: str, timeout: float = 60) -> None:
 
 def partition(name: str) -> None:
     """Cut the host's network; everything on it keeps running."""
-    with _host_verb(name, running=True) as (state, host, _):
+    with _host_verb(name, running=True) as (state, host, dummy):
         if name in state.partitioned:
             raise LabError(f"{name} is already partitioned")
         network.set_link(host.veth, up=False)
@@ -292,7 +292,7 @@ def partition(name: str) -> None:
 
 
 def heal(name: str) -> None:
-    with _host_verb(name, running=True) as (state, host, _):
+    with _host_verb(name, running=True) as (state, host, dummy):
         if name not in state.partitioned:
             raise LabError(f"{name} is not partitioned")
         network.set_link(host.veth, up=True)

@@ -113,7 +113,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         if np is None:
             raise AnsibleActionFail("yasco.cluster.vdm_plan needs the Python library numpy "
                                     "on the controller (pip install numpy)")

@@ -91,12 +91,12 @@ class _State:
         self.all = np.zeros((k, n))             # home demand of every VM
         self.home: dict[str, int] = {}
         self.chains: dict[str, list[tuple[np.ndarray, int]]] = {}
-        self.home_labels = [Counter() for _ in range(k)]     # every VM at home
-        self.firm_labels = [Counter() for _ in range(k)]     # non-preemptible VMs at home
+        self.home_labels = [Counter() for dummy in range(k)]     # every VM at home
+        self.firm_labels = [Counter() for dummy in range(k)]     # non-preemptible VMs at home
         self.incoming_labels: dict[str, dict[int, Counter]] = {}  # label -> set -> hosts
-        self.incoming_any = [Counter() for _ in range(k)]    # labels arriving under any set
+        self.incoming_any = [Counter() for dummy in range(k)]    # labels arriving under any set
         # Labels of pinned VMs not placed yet: chains keep clear of their homes.
-        self.pinned_labels = [Counter() for _ in range(k)]
+        self.pinned_labels = [Counter() for dummy in range(k)]
         for vm in problem.vms.values():
             if vm.home is not None and not vm.preemptible:
                 self.pinned_labels[self.index[vm.home]].update(vm.anti_affinity)
@@ -356,7 +356,7 @@ def _check_totals(problem: Problem) -> None:
         if short and (worst is None or score > worst[0] + _EPSILON):
             worst = (score, failure_set_key(failed), short, needs)
     if worst:
-        _, key, short, needs = worst
+        dummy, key, short, needs = worst
         raise VdmInfeasible(
             f"failure of {key}: {' and '.join(short)} short on hosts outside "
             f"{{{key}}} (the VMs that must run there need {', '.join(needs)}); "
@@ -401,12 +401,12 @@ def _evict_for(state: _State, vm: Vm, d: np.ndarray, j: int) -> bool:
     for evicted in trials:
         saved = [(other, state.home[other.name], state.chains.get(other.name, []))
                  for other in evicted]
-        for other, _, _ in saved:
+        for other, dummy, dummy in saved:
             state.remove(other, state.demand(other))
         placed = []
         if state.try_home(vm, d, j) is None:
             placed.append(vm)
-            for other, _, _ in saved:
+            for other, dummy, dummy in saved:
                 od = state.demand(other)
                 if not any(state.try_home(other, od, k) is None
                            for k in state.best_homes(other, od) if k != j):
@@ -424,7 +424,7 @@ def _evict_for(state: _State, vm: Vm, d: np.ndarray, j: int) -> bool:
 def _rebalance(state: _State, problem: Problem, budget: int) -> None:
     """Spend up to `budget` moves taking VMs off the fullest host, each only where it
     lowers that host's share without making another host fuller."""
-    for _ in range(budget):
+    for dummy in range(budget):
         shares = state.balance()
         fullest = int(np.argmax(shares))
         movable = sorted((problem.vms[n] for n, j in state.home.items()

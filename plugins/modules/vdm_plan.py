@@ -26,7 +26,7 @@ description:
   - The schema of the inputs and the invariants of the map are in the collection's
     C(docs/vdm.md).
 author:
-  - YASCO developers
+  - YASCO developers (@yasco)
 options:
   group:
     description: The inventory group whose hosts are the hypervisors.
@@ -50,12 +50,15 @@ options:
         hypervisors. Each move is a live migration when the map is applied.
     type: int
     default: 0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: full
   platform:
+    support: full
     platforms: all
 requirements:
   - numpy

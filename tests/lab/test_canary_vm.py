@@ -65,7 +65,7 @@ def canary(lab):
 
 
 def test_canary_writes_increasing_sequence_numbers_to_its_rbd_disk(canary):
-    name, _, _ = canary
+    name, dummy, dummy = canary
     first = wait_for_records(name, at_least=3)
     later = wait_for_records(name, at_least=len(first) + 5, timeout=30)
     assert later[-1].seq > first[-1].seq
@@ -74,7 +74,7 @@ def test_canary_writes_increasing_sequence_numbers_to_its_rbd_disk(canary):
 
 
 def test_live_migration_keeps_the_canary_writing(canary):
-    name, conns, _ = canary
+    name, conns, dummy = canary
     before = wait_for_records(name, at_least=3)
     dom = conns["hv1"].lookupByName(name)
     flags = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST
@@ -90,7 +90,7 @@ def test_live_migration_keeps_the_canary_writing(canary):
 
 
 def test_crash_stops_the_canary_and_boot_keeps_it_defined_but_not_running(lab, canary):
-    name, _, left_busy = canary
+    name, dummy, left_busy = canary
     wait_for_records(name, at_least=3)
     left_busy.append(name)
     yasco_lab("crash", "hv1")

@@ -97,7 +97,8 @@ def test_inventory_describes_hosts_and_boot_defaults(lab):
     hosts = inventory["all"]["children"]["yasco_hypervisors"]["hosts"]
     assert sorted(hosts) == ["hv1", "hv2", "hv3"]
     assert hosts["hv1"]["yasco_capacity"]["memory_mb"] > 0
-    group_vars = yaml.safe_load((Path(lab["inventory"]) / "group_vars" / "all" / "lab.yml").read_text())
+    group_vars = yaml.safe_load(
+        (Path(lab["inventory"]) / "group_vars" / "all" / "lab.yml").read_text())
     assert group_vars["yasco_virt_type"] in ("kvm", "qemu")
     assert group_vars["yasco_virt_type"] == lab["virt_type"]
     defaults = group_vars["yasco_vm_defaults"]

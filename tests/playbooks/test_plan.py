@@ -3,10 +3,6 @@ it can refuse, through ansible-playbook as an operator runs it."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +11,8 @@ import yaml
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import load_problem
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..ansible_run import ROOT, run_playbook
+
 HOSTS = {f"hv{i}": {"yasco_capacity": {"vcpus": 8, "memory_mb": 8192}} for i in (1, 2, 3)}
 VMS = {
     "web1": {"vcpus": 2, "memory_mb": 2048, "ha": True, "anti_affinity": ["web"]},
@@ -36,15 +33,8 @@ def inventory(root: Path, vms: dict, **settings) -> Path:
 
 
 def run_plan(inv: Path, *args: str) -> tuple[int, dict]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i",
-                           str(inv), "playbooks/plan.yml", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
-    report = json.loads(done.stdout)
-    task = report["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return done.returncode, task
+    rc, (task, *dummy) = run_playbook(ROOT / "playbooks" / "plan.yml", str(inv), *args)
+    return rc, task
 
 
 def vdm_file(inv: Path) -> Path:

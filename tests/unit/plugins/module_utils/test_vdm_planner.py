@@ -211,7 +211,7 @@ def test_anti_affinity_that_cannot_hold_after_a_failure_is_named():
 def test_replanning_with_more_vms_keeps_the_current_homes():
     hostvars = hosts(*[(16, 16384)] * 4)
     vms = {f"vm{i}": {"vcpus": 2, "memory_mb": 2048, "ha": i % 2 == 0} for i in range(12)}
-    _, before = settle(hostvars, vms)
+    dummy, before = settle(hostvars, vms)
     more = {**vms, **{f"new{i}": {"vcpus": 2, "memory_mb": 2048, "ha": True} for i in range(3)}}
     problem = load_problem(hostvars, {"yasco_vms": more})
     after = plan(problem, previous_home=before.home)
@@ -223,7 +223,7 @@ def test_replanning_with_more_vms_keeps_the_current_homes():
 def test_a_vm_that_no_longer_fits_its_home_moves_and_is_reported():
     hostvars = hosts((8, 8192), (8, 8192), (8, 8192))
     vms = {"a": {"vcpus": 1, "memory_mb": 1024, "ha": True}}
-    _, before = settle(hostvars, vms)
+    dummy, before = settle(hostvars, vms)
     home = before.home["a"]
     vms["a"]["hosts"] = [h for h in hostvars if h != home]
     problem = load_problem(hostvars, {"yasco_vms": vms})

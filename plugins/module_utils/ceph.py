@@ -1,0 +1,255 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Ceph adapter: cluster connections, RBD images and storage fencing.
+
+Built on Debian's `rados` and `rbd` bindings (they are not on PyPI). Every failure
+leaves here as a CephError whose message names the cluster, pool, image or address
+and says what to do.
+
+Fencing, and why it is safe: a blocklist entry makes every OSD reject the listed
+client, so a QEMU on a host that is cut off but still running can no longer write to
+its disks. Only once the OSDs have the OSD map that carries the entry is that true,
+so `fence` waits for every up OSD to have it before it returns; only then are the
+images' locks broken and may another host open them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+import time
+import traceback
+from typing import Any
+
+from ansible.module_utils.basic import env_fallback
+
+try:
+    import rados
+    import rbd
+except ImportError:
+    rados = rbd = None
+    CEPH_IMPORT_ERROR: str | None = traceback.format_exc()
+else:
+    CEPH_IMPORT_ERROR = None
+CEPH_REQUIREMENT = "rados and rbd (Debian: python3-rados, python3-rbd)"
+
+CEPH_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "conf": {"type": "path", "default": "/etc/ceph/ceph.conf",
+             "fallback": (env_fallback, ["YASCO_CEPH_CONF"])},
+    "client": {"type": "str", "default": "admin",
+               "fallback": (env_fallback, ["YASCO_CEPH_CLIENT"])},
+    "keyring": {"type": "path", "fallback": (env_fallback, ["YASCO_CEPH_KEYRING"])},
+    "ceph_timeout": {"type": "float", "default": 10.0},
+}
+
+# Ceph 16 blocklists one address per entry; an entry for IP:0/0 covers every client
+# on that IP. Ranges (Ceph 17) are expanded into addresses up to this many.
+MAX_RANGE_ADDRESSES = 256
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
+
+
+class CephError(Exception):
+    """A Ceph operation failed; the message is for the operator."""
+
+
+def parse_size(value: Any, what: str = "size") -> int:
+    """Bytes from an integer (bytes) or a string such as 10G, 512M or 1.5T (binary)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(value), re.I)
+        if not match:
+            raise CephError(f"{what}: {value!r} is not a size; write it like 10G, 512M or "
+                            "a number of bytes")
+        size = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if size <= 0:
+        raise CephError(f"{what}: must be positive, got {value!r}")
+    return size
+
+
+class Cluster:
+    """A connection to one Ceph cluster, as one client."""
+
+    def __init__(self, conf: str, client: str, keyring: str | None, timeout: float) -> None:
+        if rados is None:
+            raise CephError("the Ceph Python bindings are not installed (Debian: "
+                            "python3-rados python3-rbd)")
+        self.where = f"Ceph cluster of {conf} as client.{client}"
+        seconds = str(max(1, math.ceil(timeout)))  # some of these take whole seconds only
+        options = {"rados_mon_op_timeout": seconds, "rados_osd_op_timeout": seconds,
+                   "client_mount_timeout": seconds}
+        if keyring:
+            options["keyring"] = keyring
+        try:
+            self.rados = rados.Rados(conffile=conf, name=f"client.{client}", conf=options)
+            self.rados.connect(timeout=int(max(timeout, 1)))
+        except rados.Error as err:
+            raise CephError(f"{self.where}: cannot connect ({err}); check the conf file, "
+                            "the keyring and that the monitors are up") from err
+        self.timeout = timeout
+
+    def close(self) -> None:
+        self.rados.shutdown()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- monitor commands --------------------------------------------------------
+
+    def mon(self, prefix: str, **args: Any) -> Any:
+        command = json.dumps({"prefix": prefix, "format": "json", **args})
+        try:
+            code, out, status = self.rados.mon_command(command, b"", timeout=int(self.timeout))
+        except rados.Error as err:
+            raise CephError(f"{self.where}: '{prefix}' failed: {err}") from err
+        if code != 0:
+            raise CephError(f"{self.where}: '{prefix}' failed: {status.strip()} ({code})")
+        values = _json_values(out.decode() if isinstance(out, bytes) else out)
+        return values[0] if len(values) == 1 else (values or None)
+
+    def open_pool(self, pool: str):
+        try:
+            if not self.rados.pool_exists(pool):
+                raise CephError(f"pool {pool} does not exist in the {self.where}: create it "
+                                "or fix the pool name")
+            return self.rados.open_ioctx(pool)
+        except rados.Error as err:
+            raise CephError(f"pool {pool}: {err}") from err
+
+    # -- fencing -----------------------------------------------------------------
+
+    def blocklist(self) -> dict[str, str]:
+        """Current blocklist entries: address -> expiry."""
+        listed = self.mon("osd blocklist ls") or []
+        # Ceph 16 prints the entries and then the (empty) range entries: two arrays.
+        entries = [e for part in listed for e in (part if isinstance(part, list) else [part])]
+        return {e["addr"]: e.get("until", "") for e in entries if isinstance(e, dict)}
+
+    def blocklist_add(self, address: str, expire: float) -> None:
+        self.mon("osd blocklist", blocklistop="add", addr=address, expire=float(expire))
+
+    def blocklist_remove(self, address: str) -> None:
+        self.mon("osd blocklist", blocklistop="rm", addr=address)
+
+    def osdmap_epoch(self) -> int:
+        return int(self.mon("osd dump")["epoch"])
+
+    def wait_for_osds(self, epoch: int, timeout: float) -> None:
+        """Return once every up OSD has OSD map `epoch` or newer."""
+        deadline = time.monotonic() + timeout
+        dump = self.mon("osd dump")
+        up = [osd["osd"] for osd in dump["osds"] if osd.get("up")]
+        waiting = set(up)
+        while waiting:
+            for osd in sorted(waiting):
+                try:
+                    code, out, dummy = self.rados.osd_command(
+                        osd, json.dumps({"prefix": "status", "format": "json"}), b"",
+                        timeout=int(self.timeout))
+                except rados.Error:
+                    continue
+                if code == 0 and int(json.loads(out).get("newest_map", 0)) >= epoch:
+                    waiting.discard(osd)
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise CephError(
+                    f"OSDs {', '.join(f'osd.{o}' for o in sorted(waiting))} do not have OSD "
+                    f"map {epoch} (with the blocklist) after {timeout:g} s: the fence is not "
+                    "known to be in effect; check those OSDs")
+            time.sleep(0.2)
+
+    # -- images ------------------------------------------------------------------
+
+    def image(self, ioctx, name: str, read_only: bool = False):
+        try:
+            return rbd.Image(ioctx, name, read_only=read_only)
+        except rbd.ImageNotFound:
+            return None
+        except rbd.Error as err:
+            raise CephError(f"image {ioctx.get_pool_name()}/{name}: {err}") from err
+
+
+def _json_values(text: str) -> list[Any]:
+    """Every JSON value in `text`: some Ceph 16 commands print more than one."""
+    decoder = json.JSONDecoder()
+    values, index = [], 0
+    while index < len(text):
+        if text[index].isspace():
+            index += 1
+            continue
+        value, index = decoder.raw_decode(text, index)
+        values.append(value)
+    return values
+
+
+def split_image(spec: str, what: str = "image") -> tuple[str, str, str | None]:
+    """`pool/name[@snap]` as (pool, name, snap)."""
+    match = re.fullmatch(r"([^/@\s]+)/([^/@\s]+)(?:@([^/@\s]+))?", spec or "")
+    if not match:
+        raise CephError(f"{what}: {spec!r} is not pool/image (or pool/image@snapshot)")
+    return match.group(1), match.group(2), match.group(3)
+
+
+def fence_addresses(targets: list[str]) -> list[str]:
+    """Blocklist entries for client addresses (ip:port/nonce), hosts (ip) and CIDR
+    ranges: a host is ip:0/0, which Ceph matches against every client on that IP."""
+    out: list[str] = []
+    for target in targets:
+        text = str(target).strip()
+        if re.fullmatch(r"[^/\s]+:\d+/\d+", text):  # one client: 10.0.0.1:0/123456
+            out.append(text)
+            continue
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError as err:
+            raise CephError(f"fence address {text!r}: not a client address (ip:port/nonce), "
+                            "an IP address or a CIDR range") from err
+        if network.num_addresses > MAX_RANGE_ADDRESSES:
+            raise CephError(f"fence address {text}: {network.num_addresses} addresses; Ceph 16 "
+                            f"blocklists one address per entry, so at most "
+                            f"{MAX_RANGE_ADDRESSES}: fence a narrower range")
+        hosts = [network.network_address] if network.num_addresses == 1 else list(network.hosts())
+        for address in hosts:
+            host = f"[{address}]" if address.version == 6 else str(address)
+            out.append(f"{host}:0/0")
+    return list(dict.fromkeys(out))
+
+
+def image_locks(image) -> list[dict[str, str]]:
+    """Who holds the image: exclusive-lock owners and advisory lockers."""
+    locks = []
+    if image.features() & rbd.RBD_FEATURE_EXCLUSIVE_LOCK:
+        locks = [{"kind": "exclusive", "owner": owner["owner"], "mode": str(owner["mode"])}
+                 for owner in image.lock_get_owners()]
+    lockers = image.list_lockers() or {}
+    for client, cookie, address in lockers.get("lockers", []):
+        locks.append({"kind": "advisory", "owner": client, "cookie": cookie,
+                      "address": address})
+    return locks
+
+
+def break_locks(image, locks: list[dict[str, str]]) -> None:
+    for lock in locks:
+        try:
+            if lock["kind"] == "exclusive":
+                image.lock_break(rbd.RBD_LOCK_MODE_EXCLUSIVE, lock["owner"])
+            else:
+                image.break_lock(lock["owner"], lock["cookie"])
+        except rbd.ImageNotFound:
+            # ENOENT: the lock is gone already (its blocklisted owner lost it): the
+            # same outcome as breaking it.
+            continue
+
+
+def watchers(image, ourselves: int | None = None) -> list[dict[str, Any]]:
+    """Clients with the image open, but for `ourselves` (this connection's instance id:
+    opening an image to look at it registers a watch too)."""
+    return [{"address": w["addr"], "id": w["id"], "cookie": w["cookie"]}
+            for w in image.watchers_list() if w["id"] != ourselves]

@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Fence a host's or a client's storage access, lift a fence, or list fences.
+
+Fencing is the step that makes starting a VM elsewhere safe, so its order is fixed:
+blocklist the addresses, wait until every up OSD enforces the blocklist, and only
+then break the images' locks. It reports exactly what it added and broke, so the
+caller can record it and undo it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.yasco.cluster.plugins.module_utils import ceph
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph import CephError
+
+
+class FenceRun:
+    """One run of the ceph_fence module."""
+
+    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+        self.params = params
+        self.check_mode = check_mode
+        self.actions: list[str] = []
+
+    def _do(self, action: str, fn, *args) -> None:
+        self.actions.append(action)
+        if not self.check_mode:
+            fn(*args)
+
+    def run(self) -> dict[str, Any]:
+        p = self.params
+        entries = ceph.fence_addresses(p["addresses"])
+        images = [ceph.split_image(spec, "images") for spec in p["images"]]
+        if p["state"] != "present" and images:
+            raise CephError("images: locks are only broken when fencing (state=present)")
+        with ceph.Cluster(p["conf"], p["client"], p.get("keyring"), p["ceph_timeout"]) as cluster:
+            before = cluster.blocklist()
+            result: dict[str, Any] = {"blocklisted": [], "unblocklisted": [], "locks_broken": []}
+            if p["state"] == "present":
+                for entry in entries:
+                    if entry not in before:
+                        self._do(f"blocklist {entry}", cluster.blocklist_add, entry,
+                                 p["expire"])
+                        result["blocklisted"].append(entry)
+                if not self.check_mode and entries:
+                    # Present is not enough: the OSDs must have the map that lists it.
+                    cluster.wait_for_osds(cluster.osdmap_epoch(), p["wait_timeout"])
+                for pool, name, dummy in images:
+                    result["locks_broken"] += self.break_locks(cluster, pool, name)
+            else:
+                for entry in entries:
+                    if entry in before:
+                        self._do(f"unblocklist {entry}", cluster.blocklist_remove, entry)
+                        result["unblocklisted"].append(entry)
+            after = before if self.check_mode else cluster.blocklist()
+        return {"changed": bool(self.actions), "actions": self.actions, "entries": after,
+                "diff": {"before": "".join(f"{e}\n" for e in sorted(before)),
+                         "after": "".join(f"{e}\n" for e in sorted(self.predicted(before)))},
+                **result}
+
+    def predicted(self, before: dict[str, str]) -> set[str]:
+        entries = set(before)
+        for action in self.actions:
+            verb, dummy, entry = action.partition(" ")
+            if verb == "blocklist":
+                entries.add(entry)
+            elif verb == "unblocklist":
+                entries.discard(entry)
+        return entries
+
+    def break_locks(self, cluster, pool: str, name: str) -> list[dict[str, str]]:
+        ioctx = cluster.open_pool(pool)
+        try:
+            image = cluster.image(ioctx, name)
+            if image is None:
+                raise CephError(f"images: {pool}/{name} does not exist")
+            try:
+                locks = ceph.image_locks(image)
+                if locks:
+                    self._do(f"break locks of {pool}/{name}", ceph.break_locks, image, locks)
+                return [{"image": f"{pool}/{name}", **lock} for lock in locks]
+            finally:
+                image.close()
+        except ceph.rbd.Error as err:
+            raise CephError(f"image {pool}/{name}: {err}") from err
+        finally:
+            ioctx.close()
+
+
+class FenceInfo:
+    """One run of the ceph_fence_info module: list blocklist entries, change nothing."""
+
+    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+        del check_mode  # reading is the same either way
+        self.params = params
+
+    def run(self) -> dict[str, Any]:
+        p = self.params
+        wanted = set(ceph.fence_addresses(p["addresses"]))
+        with ceph.Cluster(p["conf"], p["client"], p.get("keyring"), p["ceph_timeout"]) as cluster:
+            entries = cluster.blocklist()
+        if wanted:
+            entries = {a: until for a, until in entries.items() if a in wanted}
+        return {"changed": False, "entries": entries,
+                "fenced": sorted(wanted & set(entries)) if wanted else sorted(entries),
+                "not_fenced": sorted(wanted - set(entries))}

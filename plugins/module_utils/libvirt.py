@@ -1,0 +1,369 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The libvirt adapter: connections, domain XML from a VM spec, and domain life cycle.
+
+Modules call this and nothing else of libvirt. Every libvirt failure leaves here as a
+LibvirtAdapterError whose message names the URI or domain and says what to do.
+
+Idempotence rests on `domain_summary`: libvirt expands every definition (addresses,
+controllers, machine versions, generated MACs), so two definitions are compared by the
+settings YASCO manages, never by their XML text.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from typing import Any
+from urllib.parse import urlsplit
+
+from ansible.module_utils.basic import env_fallback
+
+try:
+    import libvirt
+except ImportError:
+    libvirt = None
+    LIBVIRT_IMPORT_ERROR: str | None = traceback.format_exc()
+else:
+    LIBVIRT_IMPORT_ERROR = None
+
+LIBVIRT_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
+    "uri": {"type": "str", "default": "qemu:///system",
+            "fallback": (env_fallback, ["YASCO_LIBVIRT_URI"])},
+    "connect_timeout": {"type": "float", "default": 10.0},
+}
+
+# Ports a remote libvirt URI's transport connects to, for a quick reachability probe:
+# libvirt itself has no connect timeout, and an SSH connection to a dead host waits
+# for the kernel's TCP timeout, minutes.
+_TRANSPORT_PORTS = {"ssh": 22, "libssh": 22, "libssh2": 22, "tcp": 16509, "tls": 16514}
+
+STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown",
+          5: "shutoff", 6: "crashed", 7: "pmsuspended"}
+
+
+class LibvirtAdapterError(Exception):
+    """A libvirt operation failed; the message is for the operator."""
+
+
+def _probe(uri: str, timeout: float) -> None:
+    parts = urlsplit(uri)
+    transport = parts.scheme.partition("+")[2]
+    if not parts.hostname or transport not in _TRANSPORT_PORTS:
+        return
+    port = parts.port or _TRANSPORT_PORTS[transport]
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as err:
+        raise LibvirtAdapterError(
+            f"libvirt at {uri}: {parts.hostname}:{port} unreachable within {timeout:g} s "
+            f"({err}); check the host is up and the URI is right") from err
+
+
+def connect(uri: str, connect_timeout: float = 10.0):
+    """An open libvirt connection to `uri`."""
+    if libvirt is None:
+        raise LibvirtAdapterError("the Python library libvirt-python is not installed")
+    _probe(uri, connect_timeout)
+    # libvirt prints every error to stderr as well as raising it: keep only the raise.
+    libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
+    try:
+        conn = libvirt.open(uri)
+    except libvirt.libvirtError as err:
+        raise LibvirtAdapterError(f"libvirt at {uri}: cannot connect: "
+                                  f"{err.get_error_message()}; check the URI") from err
+    if conn is None:
+        raise LibvirtAdapterError(f"libvirt at {uri}: cannot connect")
+    return conn
+
+
+def find_domain(conn, name: str):
+    """The domain called `name` on `conn`, or None."""
+    try:
+        return conn.lookupByName(name)
+    except libvirt.libvirtError as err:
+        if err.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return None
+        raise LibvirtAdapterError(f"domain {name}: {err.get_error_message()}") from err
+
+
+def domain_state(dom) -> str:
+    return "undefined" if dom is None else STATES.get(dom.state()[0], "unknown")
+
+
+# -- XML ------------------------------------------------------------------------
+
+def _sub(parent: ET.Element, tag: str, text: Any = None, **attrs: Any) -> ET.Element:
+    element = ET.SubElement(parent, tag, {k: str(v) for k, v in attrs.items() if v is not None})
+    if text is not None:
+        element.text = str(text)
+    return element
+
+
+def _disk(devices: ET.Element, disk: dict[str, Any], index: int) -> None:
+    target = disk.get("target") or f"vd{chr(ord('a') + index)}"
+    device = disk.get("device", "disk")
+    if disk.get("rbd"):
+        element = _sub(devices, "disk", type="network", device=device)
+        _sub(element, "driver", name="qemu", type="raw", cache=disk.get("cache", "none"),
+             discard=disk.get("discard"))
+        source = _sub(element, "source", protocol="rbd", name=disk["rbd"])
+        for monitor in disk.get("monitors", []):
+            host, dummy, port = str(monitor).rpartition(":")
+            _sub(source, "host", name=host or port, port=port if host else None)
+        if disk.get("auth_user"):
+            auth = _sub(element, "auth", username=disk["auth_user"])
+            _sub(auth, "secret", type="ceph", uuid=disk["secret_uuid"])
+    else:
+        element = _sub(devices, "disk", type="file", device=device)
+        _sub(element, "driver", name="qemu", type=disk.get("format", "raw"))
+        _sub(element, "source", file=disk["file"])
+    bus = disk.get("bus") or ("sata" if device == "cdrom" else "virtio")
+    _sub(element, "target", dev=target, bus=bus)
+    if disk.get("readonly") or device == "cdrom":
+        _sub(element, "readonly")
+
+
+def render_domain_xml(name: str, spec: dict[str, Any]) -> str:
+    """Domain XML for a VM spec (see the libvirt_domain module's `spec` option)."""
+    domain = ET.Element("domain", type=spec.get("domain_type", "kvm"))
+    _sub(domain, "name", name)
+    _sub(domain, "memory", int(spec["memory_mb"]), unit="MiB")
+    _sub(domain, "vcpu", int(spec["vcpus"]))
+    os_element = _sub(domain, "os")
+    _sub(os_element, "type", "hvm", arch="x86_64", machine=spec.get("machine", "pc"))
+    for key in ("kernel", "initrd", "cmdline"):
+        if spec.get(key):
+            _sub(os_element, key, spec[key])
+    if not spec.get("kernel"):
+        _sub(os_element, "boot", dev="hd")
+    features = _sub(domain, "features")
+    _sub(features, "acpi")
+    _sub(domain, "on_poweroff", "destroy")
+    _sub(domain, "on_reboot", "restart")
+    _sub(domain, "on_crash", "destroy")
+    devices = _sub(domain, "devices")
+    for index, disk in enumerate(spec.get("disks", [])):
+        _disk(devices, disk, index)
+    for nic in spec.get("nics", []):
+        kind = "network" if nic.get("network") else "bridge"
+        element = _sub(devices, "interface", type=kind)
+        _sub(element, "source", **{kind: nic.get(kind)})
+        if nic.get("mac"):
+            _sub(element, "mac", address=nic["mac"])
+        _sub(element, "model", type=nic.get("model", "virtio"))
+    if spec.get("serial_log"):
+        serial = _sub(devices, "serial", type="file")
+        _sub(serial, "source", path=spec["serial_log"], append="on")
+        _sub(serial, "target", port=0)
+    else:
+        serial = _sub(devices, "serial", type="pty")
+        _sub(serial, "target", port=0)
+    _sub(devices, "memballoon", model="none")
+    ET.indent(domain)
+    return ET.tostring(domain, encoding="unicode") + "\n"
+
+
+def _parse(xml: str, what: str) -> ET.Element:
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as err:
+        raise LibvirtAdapterError(f"{what}: not valid XML: {err}") from err
+    if root.tag != "domain":
+        raise LibvirtAdapterError(f"{what}: the root element is <{root.tag}>, not <domain>")
+    return root
+
+
+def _memory_mb(element: ET.Element | None) -> int | None:
+    if element is None or element.text is None:
+        return None
+    factor = {"b": 1 / 1048576, "bytes": 1 / 1048576, "KiB": 1 / 1024, "k": 1 / 1024,
+              "MiB": 1, "M": 1, "GiB": 1024, "G": 1024}.get(element.get("unit", "KiB"), 1 / 1024)
+    return int(round(int(element.text) * factor))
+
+
+def domain_summary(xml: str, what: str = "domain XML") -> dict[str, Any]:
+    """The settings YASCO manages, read from any domain XML, to compare definitions."""
+    root = _parse(xml, what)
+    os_element = root.find("os")
+
+    def os_text(tag: str) -> str | None:
+        found = os_element.find(tag) if os_element is not None else None
+        return found.text if found is not None else None
+
+    disks = []
+    for disk in root.findall("devices/disk"):
+        source = disk.find("source")
+        driver = disk.find("driver")
+        auth = disk.find("auth")
+        target = disk.find("target")
+        disks.append({
+            "device": disk.get("device", "disk"),
+            "source": (source.get("name") or source.get("file")) if source is not None else None,
+            "monitors": sorted(
+                f"{h.get('name')}:{h.get('port')}" if h.get("port") else h.get("name")
+                for h in (source.findall("host") if source is not None else [])),
+            "auth_user": auth.get("username") if auth is not None else None,
+            "secret_uuid": (auth.find("secret").get("uuid")
+                            if auth is not None and auth.find("secret") is not None else None),
+            "cache": driver.get("cache") if driver is not None else None,
+            "target": target.get("dev") if target is not None else None,
+            "readonly": disk.find("readonly") is not None,
+        })
+    nics = []
+    for nic in root.findall("devices/interface"):
+        source = nic.find("source")
+        mac = nic.find("mac")
+        model = nic.find("model")
+        nics.append({
+            "type": nic.get("type"),
+            "source": (source.get("network") or source.get("bridge")
+                       if source is not None else None),
+            "mac": mac.get("address") if mac is not None else None,
+            "model": model.get("type") if model is not None else None,
+        })
+    serials = [{"type": s.get("type"),
+                "path": s.find("source").get("path") if s.find("source") is not None else None}
+               for s in root.findall("devices/serial")]
+    vcpu = root.find("vcpu")
+    return {
+        "name": root.findtext("name"),
+        "domain_type": root.get("type"),
+        "vcpus": int(vcpu.text) if vcpu is not None and vcpu.text else None,
+        "memory_mb": _memory_mb(root.find("memory")),
+        "kernel": os_text("kernel"),
+        "initrd": os_text("initrd"),
+        "cmdline": os_text("cmdline"),
+        "disks": disks,
+        "nics": nics,
+        "serials": serials,
+    }
+
+
+def differences(desired: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """`desired` with what libvirt fills in when left out (generated MACs) taken from
+    `current`, so that only real differences remain."""
+    desired = {**desired, "nics": [dict(n) for n in desired["nics"]]}
+    for mine, theirs in zip(desired["nics"], current["nics"], strict=False):
+        if mine["mac"] is None:
+            mine["mac"] = theirs["mac"]
+    return desired
+
+
+def with_uuid(xml: str, uuid: str) -> str:
+    """`xml` carrying `uuid`, so that defining it updates the existing domain."""
+    root = _parse(xml, "domain XML")
+    element = root.find("uuid")
+    if element is None:
+        element = ET.Element("uuid")
+        root.insert(1, element)
+    element.text = uuid
+    return ET.tostring(root, encoding="unicode")
+
+
+def keep_macs(xml: str, current_xml: str) -> str:
+    """`xml` with the current MAC of each NIC that gives none, so a redefinition does
+    not change a guest's network identity."""
+    root = _parse(xml, "domain XML")
+    current = [nic.find("mac") for nic in _parse(current_xml, "domain XML").findall(
+        "devices/interface")]
+    for nic, mac in zip(root.findall("devices/interface"), current, strict=False):
+        if nic.find("mac") is None and mac is not None:
+            nic.insert(1, ET.Element("mac", address=mac.get("address")))
+    return ET.tostring(root, encoding="unicode")
+
+
+# -- life cycle -------------------------------------------------------------------
+
+def _call(what: str, fn, *args):
+    try:
+        return fn(*args)
+    except libvirt.libvirtError as err:
+        raise LibvirtAdapterError(f"{what}: {err.get_error_message()}") from err
+
+
+def define(conn, xml: str, name: str):
+    return _call(f"domain {name}: define", conn.defineXML, xml)
+
+
+def start(dom) -> None:
+    if dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED:
+        _call(f"domain {dom.name()}: resume", dom.resume)
+    else:
+        _call(f"domain {dom.name()}: start", dom.create)
+
+
+def destroy(dom) -> None:
+    _call(f"domain {dom.name()}: destroy", dom.destroy)
+
+
+def undefine(dom) -> None:
+    """Undefine, with its managed save image, snapshot metadata and (UEFI) NVRAM."""
+    flags = (libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
+             | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA)
+    try:
+        dom.undefineFlags(flags | libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+    except libvirt.libvirtError:
+        # Drivers without NVRAM support reject the flag; without it the call is exact.
+        _call(f"domain {dom.name()}: undefine", dom.undefineFlags, flags)
+
+
+def shutdown(dom, timeout: float) -> None:
+    """Ask the guest to power off (ACPI) and wait until it has."""
+    _call(f"domain {dom.name()}: shutdown", dom.shutdown)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not dom.isActive():
+            return
+        time.sleep(0.2)
+    raise LibvirtAdapterError(
+        f"domain {dom.name()}: still running {timeout:g} s after an ACPI shutdown request; "
+        "its guest may ignore ACPI: use state=destroyed to power it off")
+
+
+def set_autostart(dom, autostart: bool) -> bool:
+    """Set autostart; whether it changed."""
+    if bool(dom.autostart()) == autostart:
+        return False
+    _call(f"domain {dom.name()}: autostart", dom.setAutostart, int(autostart))
+    return True
+
+
+def migrate_live(dom, target_conn, timeout: float) -> Any:
+    """Live-migrate `dom` to `target_conn`, persistent there and undefined here; abort
+    the job if it has not finished within `timeout`."""
+    flags = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST
+             | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["domain"] = dom.migrate(target_conn, flags, None, None, 0)
+        except libvirt.libvirtError as err:
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        try:
+            dom.abortJob()
+        except libvirt.libvirtError:
+            pass
+        worker.join(30)
+        raise LibvirtAdapterError(
+            f"domain {dom.name()}: live migration did not finish within {timeout:g} s and "
+            "was aborted; the domain still runs on the source")
+    if "error" in outcome:
+        raise LibvirtAdapterError(f"domain {dom.name()}: live migration failed: "
+                                  f"{outcome['error'].get_error_message()}")
+    return outcome["domain"]
+
+
+def xml_of(dom, inactive: bool = False) -> str:
+    flags = libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0
+    return _call(f"domain {dom.name()}: read XML", dom.XMLDesc, flags)

@@ -1,0 +1,82 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: ceph_fence_info
+short_description: List Ceph blocklist entries, or check whether addresses are fenced
+version_added: 0.1.0
+description:
+  - Lists the OSD blocklist, or with O(addresses) says which of them are fenced.
+author:
+  - YASCO developers (@yasco)
+options:
+  addresses:
+    description:
+      - Clients, hosts or ranges to look for, written as for M(yasco.cluster.ceph_fence).
+      - Without them, every entry is listed.
+    type: list
+    elements: str
+    default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - yasco.cluster.ceph
+attributes:
+  check_mode:
+    support: full
+    details: It changes nothing, in check mode or not.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+seealso:
+  - module: yasco.cluster.ceph_fence
+"""
+
+EXAMPLES = r"""
+- name: Is hv1 still fenced?
+  yasco.cluster.ceph_fence_info:
+    addresses: [10.0.0.11]
+  register: hv1_fence
+"""
+
+RETURN = r"""
+entries:
+  description: Blocklist entries (those of O(addresses) when given), address to expiry.
+  returned: always
+  type: dict
+  sample: {"10.0.0.11:0/0": "2026-12-21T10:00:00.000000+0000"}
+fenced:
+  description: The addresses (as blocklist entries) that are fenced.
+  returned: always
+  type: list
+  elements: str
+not_fenced:
+  description: The addresses of O(addresses) that are not.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+    CEPH_ARGUMENT_SPEC, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph_fencing import FenceInfo
+from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={**CEPH_ARGUMENT_SPEC,
+                       "addresses": {"type": "list", "elements": "str", "default": []}},
+        supports_check_mode=True,
+    )
+    run_module(module, FenceInfo, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,318 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: libvirt_domain
+short_description: Define, start, stop, remove and migrate a libvirt domain
+version_added: 0.1.0
+description:
+  - Brings one libvirt domain to the declared O(state), defined from a VM O(spec) or
+    from raw O(xml).
+  - Compares definitions by the settings it manages (size, boot, disks, NICs, serial),
+    not by XML text, so a second run with the same input changes nothing; a real
+    difference redefines the domain (keeping its UUID and generated MACs) and is shown
+    as a diff. A running domain keeps running; the new definition applies at its next
+    start and RV(pending_restart) says so.
+  - With O(target_uri), moves the domain to that host first, live if it runs and
+    O(state) is V(running) or V(present), offline otherwise; it ends up persistent on
+    the target and undefined on the source. A rerun after the move changes nothing.
+    A domain running on both hosts is refused and left alone.
+  - Autostart is off unless asked for, since YASCO decides where VMs start.
+author:
+  - YASCO developers (@yasco)
+options:
+  name:
+    description: The domain's name.
+    type: str
+    required: true
+  state:
+    description:
+      - V(present) defines the domain and leaves it as it is.
+      - V(running) also starts it (or resumes it when paused).
+      - V(shutdown) asks the guest to power off (ACPI) and waits up to O(timeout).
+      - V(destroyed) powers it off at once. The domain stays defined in both cases.
+      - V(absent) powers it off and undefines it. Its disks are left alone.
+    type: str
+    choices: [present, running, shutdown, destroyed, absent]
+    default: present
+  spec:
+    description:
+      - The VM to define. Mutually exclusive with O(xml).
+    type: dict
+    suboptions:
+      vcpus:
+        description: Virtual CPUs.
+        type: int
+        required: true
+      memory_mb:
+        description: Memory in MiB.
+        type: int
+        required: true
+      domain_type:
+        description: V(kvm) for hardware virtualisation, V(qemu) for emulation (TCG).
+        type: str
+        choices: [kvm, qemu]
+        default: kvm
+      machine:
+        description: The machine type.
+        type: str
+        default: pc
+      kernel:
+        description: A kernel to boot directly, a path on the hypervisor.
+        type: str
+      initrd:
+        description: An initrd for O(spec.kernel).
+        type: str
+      cmdline:
+        description: The kernel command line for O(spec.kernel).
+        type: str
+      disks:
+        description: Disks, in order; the first is the boot disk.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          rbd:
+            description: An RBD image as C(pool/image). Exactly one of O(spec.disks[].rbd)
+              and O(spec.disks[].file).
+            type: str
+          file:
+            description: A file on the hypervisor, for example a config drive.
+            type: str
+          device:
+            description: The kind of device.
+            type: str
+            choices: [disk, cdrom]
+            default: disk
+          format:
+            description: The file's format.
+            type: str
+            default: raw
+          monitors:
+            description: Ceph monitors as C(host:port), for RBD disks.
+            type: list
+            elements: str
+            default: []
+          auth_user:
+            description: The cephx user (without C(client.)) for RBD disks.
+            type: str
+          secret_uuid:
+            description: The libvirt secret holding that user's key.
+            type: str
+          target:
+            description: The device name in the guest; C(vda), C(vdb), ... by default.
+            type: str
+          bus:
+            description: The bus; C(virtio) for disks, C(sata) for CD-ROMs by default.
+            type: str
+          cache:
+            description:
+              - The cache mode. V(none) (the default) sends every guest flush to the
+                storage, which live migration and fencing rely on.
+            type: str
+            default: none
+          discard:
+            description: Pass guest discards through (V(unmap)) or not (V(ignore)).
+            type: str
+            choices: [unmap, ignore]
+          readonly:
+            description: Attach read-only.
+            type: bool
+            default: false
+      nics:
+        description: Network interfaces.
+        type: list
+        elements: dict
+        default: []
+        suboptions:
+          network:
+            description: A libvirt network. Exactly one of O(spec.nics[].network) and
+              O(spec.nics[].bridge).
+            type: str
+          bridge:
+            description: A host bridge.
+            type: str
+          mac:
+            description: The MAC address; libvirt generates one when not set.
+            type: str
+          model:
+            description: The NIC model.
+            type: str
+            default: virtio
+      serial_log:
+        description:
+          - Write the serial console to this file on the hypervisor (appending), instead
+            of a pseudo-terminal.
+        type: path
+  xml:
+    description:
+      - Raw domain XML, instead of O(spec). Its name must be O(name).
+    type: str
+  autostart:
+    description: Whether libvirtd starts the domain when the host boots.
+    type: bool
+    default: false
+  target_uri:
+    description:
+      - Move the domain to the hypervisor at this libvirt URI first.
+      - Both O(uri) and O(target_uri) must be reachable from where the module runs,
+        and the hypervisors from each other for a live migration.
+    type: str
+  timeout:
+    description: Seconds to wait for a shutdown or a live migration before failing.
+    type: float
+    default: 120
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - yasco.cluster.libvirt
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - Disks are not created or removed here; see M(yasco.cluster.rbd_image).
+seealso:
+  - module: yasco.cluster.rbd_image
+"""
+
+EXAMPLES = r"""
+- name: Define and start a VM whose disk is an RBD image
+  yasco.cluster.libvirt_domain:
+    uri: qemu+libssh://root@hv1/system
+    name: web1
+    state: running
+    spec:
+      vcpus: 2
+      memory_mb: 2048
+      disks:
+        - rbd: yasco/web1
+          monitors: ["10.0.0.2:6789"]
+          auth_user: hypervisor
+          secret_uuid: 5b3f0a6e-7a1c-4e0b-9d53-1f2ad0c0ffee
+      nics:
+        - bridge: br0
+
+- name: Live-migrate web1 from hv1 to hv2
+  yasco.cluster.libvirt_domain:
+    uri: qemu+libssh://root@hv1/system
+    target_uri: qemu+libssh://root@hv2/system
+    name: web1
+    state: running
+    timeout: 300
+
+- name: Set the URI once for a play
+  hosts: localhost
+  module_defaults:
+    group/yasco.cluster.libvirt:
+      uri: qemu+libssh://root@hv1/system
+  tasks:
+    - name: Power web1 off at once
+      yasco.cluster.libvirt_domain:
+        name: web1
+        state: destroyed
+
+    - name: Remove web1, leaving its disk
+      yasco.cluster.libvirt_domain:
+        name: web1
+        state: absent
+"""
+
+RETURN = r"""
+state:
+  description: The domain's state afterwards (predicted in check mode).
+  returned: always
+  type: str
+  sample: running
+uri:
+  description: The URI of the hypervisor the domain is on afterwards.
+  returned: always
+  type: str
+xml:
+  description: The domain's XML afterwards; empty when it is gone.
+  returned: always
+  type: str
+actions:
+  description: What was done (or would be, in check mode), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: [define, start]
+pending_restart:
+  description: Whether a running domain was redefined and needs a restart to apply it.
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import (
+    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
+from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_domain import DomainRun
+from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+
+DISK_OPTIONS = {
+    "rbd": {"type": "str"},
+    "file": {"type": "str"},
+    "device": {"type": "str", "choices": ["disk", "cdrom"], "default": "disk"},
+    "format": {"type": "str", "default": "raw"},
+    "monitors": {"type": "list", "elements": "str", "default": []},
+    "auth_user": {"type": "str"},
+    "secret_uuid": {"type": "str", "no_log": False},  # names a libvirt secret, holds none
+    "target": {"type": "str"},
+    "bus": {"type": "str"},
+    "cache": {"type": "str", "default": "none"},
+    "discard": {"type": "str", "choices": ["unmap", "ignore"]},
+    "readonly": {"type": "bool", "default": False},
+}
+NIC_OPTIONS = {
+    "network": {"type": "str"},
+    "bridge": {"type": "str"},
+    "mac": {"type": "str"},
+    "model": {"type": "str", "default": "virtio"},
+}
+SPEC_OPTIONS = {
+    "vcpus": {"type": "int", "required": True},
+    "memory_mb": {"type": "int", "required": True},
+    "domain_type": {"type": "str", "choices": ["kvm", "qemu"], "default": "kvm"},
+    "machine": {"type": "str", "default": "pc"},
+    "kernel": {"type": "str"},
+    "initrd": {"type": "str"},
+    "cmdline": {"type": "str"},
+    "disks": {"type": "list", "elements": "dict", "default": [], "options": DISK_OPTIONS,
+              "mutually_exclusive": [["rbd", "file"]], "required_one_of": [["rbd", "file"]],
+              "required_together": [["auth_user", "secret_uuid"]]},
+    "nics": {"type": "list", "elements": "dict", "default": [], "options": NIC_OPTIONS,
+             "mutually_exclusive": [["network", "bridge"]],
+             "required_one_of": [["network", "bridge"]]},
+    "serial_log": {"type": "path"},
+}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            **LIBVIRT_ARGUMENT_SPEC,
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "default": "present",
+                      "choices": ["present", "running", "shutdown", "destroyed", "absent"]},
+            "spec": {"type": "dict", "options": SPEC_OPTIONS},
+            "xml": {"type": "str"},
+            "autostart": {"type": "bool", "default": False},
+            "target_uri": {"type": "str"},
+            "timeout": {"type": "float", "default": 120.0},
+        },
+        mutually_exclusive=[["spec", "xml"]],
+        supports_check_mode=True,
+    )
+    run_module(module, DomainRun, LibvirtAdapterError, LIBVIRT_IMPORT_ERROR, "libvirt-python")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: rbd_image
+short_description: Create, grow, clone, snapshot, describe and remove RBD images
+version_added: 0.1.0
+description:
+  - Brings one RBD image to the declared O(state).
+  - V(present) creates it (blank of O(size), or cloned from O(clone_from)), grows it to
+    O(size), switches its dynamic O(features), and keeps O(snapshot) as
+    O(snapshot_state) says.
+  - V(absent) removes it; an image in use or with snapshots is refused unless O(force).
+  - Shrinking, and rolling back an image in use, also need O(force). A rollback is only
+    done when the image differs from the snapshot, so a rerun changes nothing.
+author:
+  - YASCO developers (@yasco)
+options:
+  pool:
+    description: The pool.
+    type: str
+    required: true
+  name:
+    description: The image.
+    type: str
+    required: true
+  state:
+    description: What to do.
+    type: str
+    choices: [present, absent]
+    default: present
+  size:
+    description:
+      - The size, in bytes or with a binary unit (C(512M), C(10G), C(1T)).
+      - Required to create a blank image. An image is never shrunk unless O(force).
+    type: raw
+  features:
+    description:
+      - RBD features, for example C([layering, exclusive-lock, object-map, fast-diff]).
+      - At creation, any; later only C(exclusive-lock), C(object-map), C(fast-diff) and
+        C(journaling) can be switched. Default is the cluster's default features.
+    type: list
+    elements: str
+  clone_from:
+    description:
+      - Create the image as a clone of this snapshot, C(pool/image@snapshot); the
+        snapshot is protected if it is not.
+    type: str
+  snapshot:
+    description: A snapshot of the image to keep as O(snapshot_state) says.
+    type: str
+  snapshot_state:
+    description: V(present) creates it, V(absent) removes it, V(rollback) rolls the
+      image back to it.
+    type: str
+    choices: [present, absent, rollback]
+    default: present
+  force:
+    description: Allow what loses data; see the description.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - yasco.cluster.ceph
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+  platform:
+    support: full
+    platforms: posix
+seealso:
+  - module: yasco.cluster.rbd_image_info
+  - module: yasco.cluster.ceph_fence
+  - module: yasco.cluster.libvirt_domain
+"""
+
+EXAMPLES = r"""
+- name: A 10 GiB disk for web1
+  yasco.cluster.rbd_image:
+    pool: yasco
+    name: web1
+    size: 10G
+
+- name: A disk cloned from a base image's snapshot
+  yasco.cluster.rbd_image:
+    pool: yasco
+    name: web2
+    clone_from: yasco/debian-12@base
+
+- name: Snapshot before an upgrade
+  yasco.cluster.rbd_image:
+    pool: yasco
+    name: web1
+    snapshot: before-upgrade
+"""
+
+RETURN = r"""
+image:
+  description: The image afterwards (predicted in check mode); empty when removed.
+  returned: always
+  type: dict
+  contains:
+    size:
+      description: Size in bytes.
+      type: int
+    features:
+      description: Its features.
+      type: list
+      elements: str
+    parent:
+      description: C(pool/image@snapshot) it is cloned from, or null.
+      type: str
+    snapshots:
+      description: Its snapshots, each with C(name), C(size) and C(protected).
+      type: list
+      elements: dict
+    watchers:
+      description: Clients other than this module that have it open, each with
+        C(address) (fence these).
+      type: list
+      elements: dict
+    locks:
+      description: Lock holders, each with C(kind) (exclusive or advisory) and C(owner).
+      type: list
+      elements: dict
+  sample: {pool: yasco, name: web1, size: 10737418240, features: [exclusive-lock, layering],
+           parent: null, snapshots: [], watchers: [], locks: []}
+actions:
+  description: What was done (or would be, in check mode), in order.
+  returned: always
+  type: list
+  elements: str
+  sample: [create, snapshot before-upgrade]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+    CEPH_ARGUMENT_SPEC, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph_image import ImageRun
+from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            **CEPH_ARGUMENT_SPEC,
+            "pool": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+            "size": {"type": "raw"},
+            "features": {"type": "list", "elements": "str"},
+            "clone_from": {"type": "str"},
+            "snapshot": {"type": "str"},
+            "snapshot_state": {"type": "str", "default": "present",
+                               "choices": ["present", "absent", "rollback"]},
+            "force": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    run_module(module, ImageRun, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""libvirt_domain against libvirt's built-in test driver (test:///default): a real
+libvirt, in memory, with no hypervisor. The driver keeps its state while one
+connection stays open, so each test holds one and runs the module's logic in-process;
+a few tests run the module itself through ansible-playbook."""
+
+from __future__ import annotations
+
+import copy
+
+import libvirt
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_domain import DomainRun
+
+from ....ansible_run import local_play, run_playbook
+
+URI = "test:///default"
+DISK = {"rbd": None, "file": "/var/lib/images/vm1.img", "device": "disk", "format": "raw",
+        "monitors": [], "auth_user": None, "secret_uuid": None, "target": None, "bus": None,
+        "cache": "none", "discard": None, "readonly": False}
+RBD_DISK = {**DISK, "file": None, "rbd": "yasco/vm1", "monitors": ["10.0.0.2:6789"],
+            "auth_user": "hypervisor", "secret_uuid": "5b3f0a6e-7a1c-4e0b-9d53-1f2ad0c0ffee"}
+SPEC = {"vcpus": 1, "memory_mb": 128, "domain_type": "kvm", "machine": "pc", "kernel": None,
+        "initrd": None, "cmdline": None, "disks": [DISK, RBD_DISK],
+        "nics": [{"network": "default", "bridge": None, "mac": None, "model": "virtio"}],
+        "serial_log": None}
+
+
+def params(**changes):
+    base = {"uri": URI, "connect_timeout": 5.0, "name": "vm1", "state": "running",
+            "spec": copy.deepcopy(SPEC), "xml": None, "autostart": False, "target_uri": None,
+            "timeout": 5.0}
+    return {**base, **changes}
+
+
+@pytest.fixture(name="conn")
+def fixture_conn():
+    conn = libvirt.open(URI)  # holds the driver's state for the test
+    yield conn
+    for dom in conn.listAllDomains():
+        if dom.name() != "test":
+            if dom.isActive():
+                dom.destroy()
+            dom.undefine()
+    conn.close()
+
+
+def run(check_mode=False, **changes):
+    return DomainRun(params(**changes), check_mode).run()
+
+
+def test_define_and_start_then_a_rerun_changes_nothing(conn):
+    first = run()
+    assert first["changed"] and first["actions"] == ["define", "start"]
+    assert first["state"] == "running"
+    dom = conn.lookupByName("vm1")
+    assert dom.isActive() and dom.isPersistent() and not dom.autostart()
+    assert "yasco/vm1" in first["xml"] and "10.0.0.2" in first["xml"]
+    again = run()
+    assert not again["changed"] and again["actions"] == []
+
+
+def test_check_mode_reports_and_changes_nothing(conn):
+    result = run(check_mode=True)
+    assert result["changed"] and result["actions"] == ["define", "start"]
+    assert result["state"] == "running"
+    assert '"memory_mb": 128' in result["diff"]["after"]
+    assert "vm1" not in [d.name() for d in conn.listAllDomains()]
+
+
+def test_a_changed_spec_redefines_with_a_diff_and_keeps_uuid_and_mac(conn):
+    run()
+    dom = conn.lookupByName("vm1")
+    uuid, mac = dom.UUIDString(), lv.domain_summary(dom.XMLDesc(0))["nics"][0]["mac"]
+    spec = copy.deepcopy(SPEC)
+    spec["memory_mb"] = 256
+    result = run(spec=spec)
+    assert result["changed"] and result["actions"] == ["redefine"]
+    assert result["pending_restart"] is True
+    assert '"memory_mb": 128' in result["diff"]["before"]
+    assert '"memory_mb": 256' in result["diff"]["after"]
+    dom = conn.lookupByName("vm1")
+    inactive = lv.domain_summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    assert dom.UUIDString() == uuid and inactive["nics"][0]["mac"] == mac
+    assert inactive["memory_mb"] == 256
+    assert not run(spec=spec)["changed"]
+
+
+def test_shutdown_destroyed_and_absent(conn):
+    run()
+    assert run(state="shutdown")["state"] == "shutoff"
+    assert not run(state="shutdown")["changed"]
+    run(state="running")
+    destroyed = run(state="destroyed")
+    assert destroyed["actions"] == ["destroy"] and destroyed["state"] == "shutoff"
+    assert conn.lookupByName("vm1").isPersistent()
+    gone = run(state="absent", spec=None)
+    assert gone["actions"] == ["undefine"] and gone["state"] == "undefined"
+    assert not run(state="absent", spec=None)["changed"]
+
+
+def test_raw_xml_defines_and_is_compared_by_settings_not_text(conn):
+    xml = lv.render_domain_xml("vm1", SPEC)
+    assert run(spec=None, xml=xml, state="present")["actions"] == ["define"]
+    # libvirt's expanded XML of the same domain is no change.
+    expanded = conn.lookupByName("vm1").XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    assert not run(spec=None, xml=expanded, state="present")["changed"]
+
+
+def test_autostart_is_off_unless_asked_for(conn):
+    run()
+    assert run(autostart=True)["actions"] == ["autostart"]
+    assert conn.lookupByName("vm1").autostart()
+    assert not run(autostart=True)["changed"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"spec": None}, "domain vm1 is not defined on test:///default: give spec or xml"),
+    ({"spec": None, "xml": "<domain><name>other</name></domain>"},
+     "xml names the domain 'other', not 'vm1'"),
+    ({"spec": None, "xml": "<domain"}, "domain XML: not valid XML"),
+    ({"uri": "nonsense:///x"}, "libvirt at nonsense:///x: cannot connect"),
+    ({"uri": "qemu+libssh://root@127.0.0.1:1/system"},
+     "libvirt at qemu+libssh://root@127.0.0.1:1/system: 127.0.0.1:1 unreachable"),
+    ({"target_uri": URI, "state": "absent"}, "target_uri cannot be combined with state=absent"),
+    ({"target_uri": URI, "name": "nowhere"}, "defined on neither"),
+])
+def test_bad_input_is_named(conn, changes, message):
+    with pytest.raises(lv.LibvirtAdapterError) as err:
+        run(**changes)
+    assert message in str(err.value)
+
+
+def test_a_domain_running_on_both_hosts_is_refused(conn):
+    # test:///default is one host seen through two URIs: the domain runs "on both".
+    run()
+    with pytest.raises(lv.LibvirtAdapterError, match="running on both"):
+        run(target_uri=URI)
+    assert conn.lookupByName("vm1").isActive()
+
+
+# -- through ansible-playbook ---------------------------------------------------
+
+def test_the_module_reports_in_check_mode_and_validates_its_spec(tmp_path):
+    define = {"yasco.cluster.libvirt_domain": {
+        "uri": URI, "name": "vm2", "state": "running",
+        "spec": {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}}}
+    bad = {"yasco.cluster.libvirt_domain": {
+        "uri": URI, "name": "vm3", "spec": {"vcpus": 1, "memory_mb": 64, "disks": [{}]}},
+        "ignore_errors": True}
+    existing = {"yasco.cluster.libvirt_domain": {"uri": URI, "name": "test",
+                                                 "state": "running"}}
+    rc, (checked, invalid, running) = run_playbook(
+        local_play({"name": "define", **define}, {"name": "bad", **bad},
+                   {"name": "existing", **existing}, check=True), tmp_path=tmp_path)
+    assert rc == 0
+    assert checked["changed"] and checked["actions"] == ["define", "start"]
+    assert invalid["failed"]
+    assert "one of the following is required: rbd, file" in invalid["msg"]
+    assert "spec -> disks" in invalid["msg"]
+    assert not running["changed"] and running["state"] == "running"
+
+
+def test_module_defaults_set_the_uri_for_the_action_group(tmp_path):
+    task = {"name": "existing", "yasco.cluster.libvirt_domain": {"name": "test",
+                                                                 "state": "running"}}
+    rc, (result,) = run_playbook(local_play(
+        task, module_defaults={"group/yasco.cluster.libvirt": {"uri": URI}}),
+        tmp_path=tmp_path)
+    assert rc == 0 and result["uri"] == URI and result["state"] == "running"
