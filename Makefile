@@ -1,6 +1,6 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
-.PHONY: setup test demo lab-down bench-vdm
+.PHONY: setup test demo lab-down bench-vdm sanity
 
 setup:
 	@scripts/bootstrap
@@ -17,3 +17,7 @@ lab-down: setup
 # The VDM planner against vSphere-style slots and Ganeti-style N+1 (docs/vdm.md).
 bench-vdm: setup
 	.venv/bin/python benchmarks/vdm.py
+
+# ansible-test sanity on the collection (also run by `make test`).
+sanity: setup
+	.venv/bin/python scripts/sanity.py

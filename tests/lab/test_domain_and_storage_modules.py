@@ -231,8 +231,8 @@ def test_a_host_fence_covers_every_client_on_it_until_lifted(lab, tmp_path):
     info = {"yasco.cluster.ceph_fence_info": {"addresses": [host]}}
     rc, (fenced, seen, lifted, gone) = play(
         tmp_path, {"name": "fence", **fence}, {"name": "info", **info},
-        {"name": "lift", "yasco.cluster.ceph_fence": {"state": "absent",
-                                                       "addresses": [host]}},
+        {"name": "lift",
+         "yasco.cluster.ceph_fence": {"state": "absent", "addresses": [host]}},
         {"name": "info again", **info})
     assert rc == 0
     assert fenced["blocklisted"] == [f"{host}:0/0"]
@@ -248,8 +248,8 @@ def test_rollback_happens_only_when_the_image_differs_from_its_snapshot(lab, tmp
     task = {"name": "image", "yasco.cluster.rbd_image": base}
     rollback = {"name": "rollback", "yasco.cluster.rbd_image": {
         **base, "snapshot": "clean", "snapshot_state": "rollback"}}
-    rc, dummy = play(tmp_path, {**task, "yasco.cluster.rbd_image": {**base, "size": "16M",
-                                                                      "snapshot": "clean"}})
+    create = {**base, "size": "16M", "snapshot": "clean"}
+    rc, dummy = play(tmp_path, {**task, "yasco.cluster.rbd_image": create})
     assert rc == 0
     rc, (unchanged,) = play(tmp_path, rollback)
     assert rc == 0 and not unchanged["changed"]

@@ -1,0 +1,132 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The documentation of the etcd connection options, in one place.
+
+`DOCUMENTATION` (fragment `yasco.cluster.etcd`) documents `ETCD_ARGUMENT_SPEC` in
+plugins/module_utils/etcd.py for modules. `PLUGINS` (fragment
+`yasco.cluster.etcd.plugins`) documents the same options for the lookup and inventory
+plugins, which read them through Ansible's configuration with environment sources;
+the lookup adds its variable sources in its own documentation.
+"""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  endpoints:
+    description:
+      - The client URLs of etcd's members, such as V(http://10.0.0.1:2379) or
+        V(https://etcd1.example.com:2379), tried in this order. A request goes to the
+        first that answers; when that one stops answering, to the next.
+      - When not set, the comma-separated list in the environment variable
+        E(YASCO_ETCD_ENDPOINTS) is used.
+      - Set it for all etcd modules at once with C(module_defaults) and the action
+        group C(group/yasco.cluster.etcd), usually from C(yasco_etcd_endpoints).
+    type: list
+    elements: str
+    required: true
+  ca_cert:
+    description:
+      - The PEM file of the CA that signed etcd's server certificates, for
+        V(https) endpoints. Without it, the system's trusted CAs are used.
+      - When not set, the environment variable E(YASCO_ETCD_CA_CERT) is used.
+    type: path
+  client_cert:
+    description:
+      - The PEM file of the client certificate, when etcd requires one
+        (C(--client-cert-auth)).
+      - When not set, the environment variable E(YASCO_ETCD_CLIENT_CERT) is used.
+    type: path
+  client_key:
+    description:
+      - The PEM file of the client certificate's private key, unless it is in
+        O(client_cert).
+      - When not set, the environment variable E(YASCO_ETCD_CLIENT_KEY) is used.
+    type: path
+  username:
+    description:
+      - The etcd user to authenticate as, when etcd has authentication enabled.
+        Requires O(password).
+      - When not set, the environment variable E(YASCO_ETCD_USERNAME) is used.
+    type: str
+  password:
+    description:
+      - The password of O(username).
+      - When not set, the environment variable E(YASCO_ETCD_PASSWORD) is used.
+    type: str
+  timeout:
+    description:
+      - Seconds to wait for each endpoint to connect and to answer each request.
+    type: float
+    default: 5
+notes:
+  - Needs the Python library C(etcd3gw) where the module runs. It talks to etcd's v3
+    JSON gateway, which etcd 3.4 and later serve on the client URLs.
+  - Proxy settings in the environment (C(HTTP_PROXY) and the like) are ignored for
+    etcd's endpoints.
+requirements:
+  - etcd3gw
+"""
+
+    PLUGINS = r"""
+options:
+  endpoints:
+    description:
+      - The client URLs of etcd's members, such as V(http://10.0.0.1:2379) or
+        V(https://etcd1.example.com:2379), tried in this order. A request goes to the
+        first that answers; when that one stops answering, to the next.
+    type: list
+    elements: str
+    required: true
+    env:
+      - name: YASCO_ETCD_ENDPOINTS
+  ca_cert:
+    description:
+      - The PEM file of the CA that signed etcd's server certificates, for
+        V(https) endpoints. Without it, the system's trusted CAs are used.
+    type: path
+    env:
+      - name: YASCO_ETCD_CA_CERT
+  client_cert:
+    description:
+      - The PEM file of the client certificate, when etcd requires one
+        (C(--client-cert-auth)).
+    type: path
+    env:
+      - name: YASCO_ETCD_CLIENT_CERT
+  client_key:
+    description:
+      - The PEM file of the client certificate's private key, unless it is in
+        O(client_cert).
+    type: path
+    env:
+      - name: YASCO_ETCD_CLIENT_KEY
+  username:
+    description:
+      - The etcd user to authenticate as, when etcd has authentication enabled.
+        Requires O(password).
+    type: str
+    env:
+      - name: YASCO_ETCD_USERNAME
+  password:
+    description:
+      - The password of O(username).
+    type: str
+    env:
+      - name: YASCO_ETCD_PASSWORD
+  timeout:
+    description:
+      - Seconds to wait for each endpoint to connect and to answer each request.
+    type: float
+    default: 5
+notes:
+  - Needs the Python library C(etcd3gw) on the controller. It talks to etcd's v3 JSON
+    gateway, which etcd 3.4 and later serve on the client URLs.
+  - Proxy settings in the environment (C(HTTP_PROXY) and the like) are ignored for
+    etcd's endpoints.
+requirements:
+  - etcd3gw
+"""

@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Where the cluster's state lives in etcd: every key name, and only here.
+
+Everything of one cluster is under `/yasco/<cluster>/` (docs/etcd-schema.md says who
+writes each key, which are bound to a lease and which change only by compare-and-swap):
+
+    hosts/<host>/registered       the hypervisor belongs to the cluster (persistent)
+    hosts/<host>/alive            the host agent runs (bound to the agent's lease)
+    hosts/<host>/maintenance      the host is in maintenance
+    hosts/<host>/domains/<vm>     a domain runs on the host (bound to the agent's lease)
+    vms/<vm>                      where a VM is and in what state (compare-and-swap only)
+    fences/<host>                 the host was fenced
+    vdm/version                   the version of the VDM applied
+    history/<20-digit number>     append-only events, in order
+
+Pure Python, no I/O: the modules, the inventory plugin, the agent and the event
+source build and read keys with these functions, so a key's name changes in one place.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+ROOT = "/yasco/"
+DEFAULT_CLUSTER = "yasco"
+# Zero-padded so that etcd's byte order (the order of a range read) is numeric order.
+HISTORY_DIGITS = 20
+
+# The records of hosts/<host>/, each named after its kind.
+HOST_RECORDS = ("registered", "alive", "maintenance")
+KINDS = ("registered", "alive", "maintenance", "domain", "vm", "fence", "vdm_version",
+         "history")
+
+
+class ParsedKey(NamedTuple):
+    """What a key is about: its kind (one of KINDS), and the host and VM it names."""
+
+    kind: str
+    host: str | None = None
+    vm: str | None = None
+
+
+def _name(what: str, name: str) -> str:
+    # A '/' would shift every part of the key after it and make it parse as another kind.
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{what} name {name!r}: must be a non-empty string")
+    if "/" in name:
+        raise ValueError(f"{what} name {name!r}: must not contain '/'")
+    return name
+
+
+def cluster_prefix(cluster: str = DEFAULT_CLUSTER) -> str:
+    """Everything of one cluster: `/yasco/<cluster>/`."""
+    return f"{ROOT}{_name('cluster', cluster)}/"
+
+
+def hosts_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{cluster_prefix(cluster)}hosts/"
+
+
+def host_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """Every key about one hypervisor."""
+    return f"{hosts_prefix(cluster=cluster)}{_name('host', host)}/"
+
+
+def registered_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{host_prefix(host, cluster=cluster)}registered"
+
+
+def alive_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{host_prefix(host, cluster=cluster)}alive"
+
+
+def maintenance_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{host_prefix(host, cluster=cluster)}maintenance"
+
+
+def domains_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The domains the host's agent reports running there."""
+    return f"{host_prefix(host, cluster=cluster)}domains/"
+
+
+def domain_key(host: str, vm: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{domains_prefix(host, cluster=cluster)}{_name('VM', vm)}"
+
+
+def vms_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{cluster_prefix(cluster)}vms/"
+
+
+def vm_key(vm: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{vms_prefix(cluster=cluster)}{_name('VM', vm)}"
+
+
+def fences_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{cluster_prefix(cluster)}fences/"
+
+
+def fence_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{fences_prefix(cluster=cluster)}{_name('host', host)}"
+
+
+def vdm_version_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{cluster_prefix(cluster)}vdm/version"
+
+
+def history_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{cluster_prefix(cluster)}history/"
+
+
+def history_key(event: int, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The key of event number `event`: a sequence number, or a time in nanoseconds."""
+    if isinstance(event, bool) or not isinstance(event, int) or event < 0:
+        raise ValueError(f"history event {event!r}: must be a non-negative integer")
+    if len(str(event)) > HISTORY_DIGITS:
+        raise ValueError(f"history event {event}: more than {HISTORY_DIGITS} digits")
+    return f"{history_prefix(cluster=cluster)}{event:0{HISTORY_DIGITS}d}"
+
+
+def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
+    """What `key` is about, or None when it is not a key of this layout (a reader
+    skips those: a newer writer may have added kinds this reader does not know)."""
+    prefix = cluster_prefix(cluster)
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    if any(not part for part in parts):
+        return None
+    # Written out rather than with `match`, which managed hosts' older Pythons lack.
+    if len(parts) == 3 and parts[0] == "hosts" and parts[2] in HOST_RECORDS:
+        return ParsedKey(parts[2], parts[1])
+    if len(parts) == 4 and parts[0] == "hosts" and parts[2] == "domains":
+        return ParsedKey("domain", parts[1], parts[3])
+    if len(parts) == 2 and parts[0] == "vms":
+        return ParsedKey("vm", None, parts[1])
+    if len(parts) == 2 and parts[0] == "fences":
+        return ParsedKey("fence", parts[1])
+    if parts == ["vdm", "version"]:
+        return ParsedKey("vdm_version")
+    if (len(parts) == 2 and parts[0] == "history" and len(parts[1]) == HISTORY_DIGITS
+            and all(digit in "0123456789" for digit in parts[1])):
+        return ParsedKey("history")
+    return None

@@ -1,0 +1,348 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Write or delete an etcd key (or every key under a prefix), optionally by
+compare-and-swap. Reading is etcd_key_info's; the connection and its errors belong to
+module_utils/etcd.py."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_key
+short_description: Write or delete a key in etcd, optionally by compare-and-swap
+version_added: 0.1.0
+description:
+  - Makes an etcd key hold a value (O(state=present)), or removes it or every key under
+    a prefix (O(state=absent)).
+  - M(yasco.cluster.etcd_key_info) reads keys.
+  - With O(if_revision) or O(if_value), the write or delete happens only if the key is
+    still as the caller last saw it, checked atomically by etcd. When it is not, the
+    task fails, changes nothing, and says what it expected and what it found.
+  - The key names of the cluster's own state are in the collection's
+    C(docs/etcd-schema.md).
+author:
+  - YASCO developers (@yasco)
+options:
+  key:
+    description:
+      - The key, such as V(/yasco/yasco/vms/web1); with O(prefix), the prefix.
+    type: str
+    required: true
+  value:
+    description:
+      - The value the key should hold. Required with O(state=present), refused
+        otherwise.
+      - A string is written as it is. Anything else (a dictionary, a list, a number, a
+        boolean) is written as compact JSON with sorted keys, as the cluster's records
+        are, so that the same data is always the same text.
+    type: raw
+  state:
+    description:
+      - V(present) makes the key hold O(value) (bound to O(lease), or to no lease).
+      - V(absent) deletes the key, or with O(prefix) every key under it.
+    type: str
+    choices: [present, absent]
+    default: present
+  prefix:
+    description:
+      - Treat O(key) as a prefix. Only with O(state=absent), and not with
+        O(if_revision) or O(if_value).
+    type: bool
+    default: false
+  lease:
+    description:
+      - The id of a lease (from M(yasco.cluster.etcd_lease)) to bind the key to; the
+        key is deleted when the lease expires or is revoked.
+      - Omitted or V(0), the key is bound to no lease; a key that was bound to one is
+        rewritten unbound. Only with O(state=present).
+    type: int
+  if_revision:
+    description:
+      - Write or delete only if the key's C(mod_revision) is this; V(0) means only if
+        the key does not exist.
+      - Take it from the RV(yasco.cluster.etcd_key_info#module:revision) of an
+        earlier M(yasco.cluster.etcd_key_info) task, or the RV(revision) of an earlier
+        write.
+    type: int
+  if_value:
+    description:
+      - Write or delete only if the key's value is this (so not if the key is absent).
+      - Like O(value), anything but a string is compared as compact JSON.
+    type: raw
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - yasco.cluster.etcd
+attributes:
+  check_mode:
+    support: full
+    details:
+      - O(if_revision) and O(if_value) are checked against the key as it is now; etcd
+        checks them again, atomically, when the task runs for real.
+  diff_mode:
+    support: full
+    details:
+      - The value before and after; with O(prefix), every key deleted and its value.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - When the key already holds O(value) bound to O(lease), nothing changes and
+    O(if_revision) and O(if_value) are not checked, so that running the task again
+    after it succeeded does not fail.
+seealso:
+  - module: yasco.cluster.etcd_key_info
+  - module: yasco.cluster.etcd_lease
+  - plugin: yasco.cluster.etcd
+    plugin_type: lookup
+  - name: The cluster's keys in etcd
+    description: docs/etcd-schema.md in the collection.
+    link: https://github.com/yasco/cluster/blob/main/docs/etcd-schema.md
+"""
+
+EXAMPLES = r"""
+- name: Put a hypervisor into maintenance (the record is written as JSON)
+  yasco.cluster.etcd_key:
+    endpoints: "{{ yasco_etcd_endpoints }}"
+    key: /yasco/yasco/hosts/hv1/maintenance
+    value:
+      by: operator
+      reason: firmware
+
+- name: Read where web1 runs
+  yasco.cluster.etcd_key_info:
+    endpoints: "{{ yasco_etcd_endpoints }}"
+    key: /yasco/yasco/vms/web1
+  register: web1
+
+- name: Move web1 to hv2, unless someone moved it since it was read
+  yasco.cluster.etcd_key:
+    endpoints: "{{ yasco_etcd_endpoints }}"
+    key: /yasco/yasco/vms/web1
+    value:
+      host: hv2
+      state: running
+      since: "{{ now(utc=true).isoformat() }}"
+    if_revision: "{{ web1.revision }}"
+
+- name: Record a fence only if there is none yet
+  yasco.cluster.etcd_key:
+    endpoints: "{{ yasco_etcd_endpoints }}"
+    key: /yasco/yasco/fences/hv3
+    value: {by: hv1, method: ipmi}
+    if_revision: 0
+
+- name: Forget every key of a test cluster
+  yasco.cluster.etcd_key:
+    endpoints: "{{ yasco_etcd_endpoints }}"
+    key: /yasco/test/
+    prefix: true
+    state: absent
+"""
+
+RETURN = r"""
+key:
+  description: The key (or prefix) of the task.
+  returned: always
+  type: str
+  sample: /yasco/yasco/vms/web1
+value:
+  description: The key's value after the task (in check mode, the value it would hold).
+  returned: when the key exists after the task, without O(prefix)
+  type: str
+  sample: '{"host":"hv2","since":"2025-01-01T00:00:00+00:00","state":"running"}'
+revision:
+  description:
+    - The key's C(mod_revision) after the task; give it as O(if_revision) to change
+      the key only if nobody else changed it since.
+    - In check mode, the current one.
+  returned: when the key exists after the task, without O(prefix)
+  type: int
+  sample: 42
+deleted:
+  description: How many keys were (in check mode, would be) deleted.
+  returned: O(state=absent)
+  type: int
+  sample: 1
+expected_revision:
+  description: The O(if_revision) a failed compare-and-swap expected.
+  returned: when a compare-and-swap on O(if_revision) fails
+  type: int
+actual_revision:
+  description: The key's C(mod_revision) when a compare-and-swap failed (0 when absent).
+  returned: when a compare-and-swap fails
+  type: int
+expected_value:
+  description: The O(if_value) a failed compare-and-swap expected.
+  returned: when a compare-and-swap on O(if_value) fails
+  type: str
+actual_value:
+  description: The key's value when a compare-and-swap failed (null when absent).
+  returned: when a compare-and-swap fails
+  type: str
+"""
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+    EtcdClient, EtcdError, KeyValue, module_argument_spec, run_module, to_json)
+
+ARGUMENT_SPEC = module_argument_spec(
+    key={"type": "str", "required": True, "no_log": False},
+    value={"type": "raw"},
+    state={"type": "str", "choices": ["present", "absent"], "default": "present"},
+    prefix={"type": "bool", "default": False},
+    lease={"type": "int"},
+    if_revision={"type": "int"},
+    if_value={"type": "raw"},
+)
+
+
+class SwapLost(EtcdError):
+    """The key is not as the task's condition expects; `details` go into the result."""
+
+
+def as_text(value: Any) -> str | None:
+    """What etcd stores for `value`: a string as it is, other data as canonical JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return to_json(value)
+
+
+def _short(value: str | None) -> str:
+    if value is None:
+        return "no key"
+    return repr(value if len(value) <= 120 else value[:117] + "...")
+
+
+def refusal(params: dict[str, Any]) -> str | None:
+    """Why these options do not make sense together, naming the option, or None."""
+    state = params["state"]
+    conditions = [name for name in ("if_revision", "if_value") if params[name] is not None]
+    if not params["key"]:
+        return "key: must not be empty"
+    if state != "present" and params["value"] is not None:
+        return f"value: applies to state=present only, not state={state}"
+    if state != "present" and params["lease"]:
+        return f"lease: applies to state=present only, not state={state}"
+    if state == "present" and params["prefix"]:
+        return "prefix: applies to state=absent only; state=present writes one key"
+    if params["prefix"] and conditions:
+        return f"{conditions[0]}: compares one key, so it cannot be used with prefix=true"
+    if params["if_revision"] is not None and params["if_revision"] < 0:
+        return f"if_revision: must be 0 (key absent) or a revision, got {params['if_revision']}"
+    if params["lease"] is not None and params["lease"] < 0:
+        return f"lease: must be a lease id, got {params['lease']}"
+    return None
+
+
+def check_condition(key: str, current: KeyValue | None, if_revision: int | None,
+                    if_value: str | None) -> None:
+    """Raise SwapLost when `current` is not what the task's conditions expect."""
+    actual_revision = current.mod_revision if current else 0
+    actual_value = current.value if current else None
+    details: dict[str, Any] = {"actual_revision": actual_revision, "actual_value": actual_value}
+    found = (f"found mod_revision {actual_revision}, value {_short(actual_value)}"
+             if current else "found no key")
+    if if_revision is not None and if_revision != actual_revision:
+        expected = ("expected no key" if if_revision == 0
+                    else f"expected mod_revision {if_revision}")
+        raise SwapLost(f"{key}: compare-and-swap failed: {expected}, {found}: it changed "
+                       f"since it was read; read it again and retry",
+                       {**details, "expected_revision": if_revision})
+    if if_value is not None and if_value != actual_value:
+        raise SwapLost(f"{key}: compare-and-swap failed: expected value {_short(if_value)}, "
+                       f"{found}: it changed since it was read; read it again and retry",
+                       {**details, "expected_value": if_value})
+
+
+def lost(key: str, current: KeyValue | None, if_revision: int | None,
+         if_value: str | None) -> None:
+    """Raise SwapLost for a transaction etcd refused: its comparison is the one
+    check_condition makes, on the key as the transaction found it."""
+    check_condition(key, current, if_revision, if_value)
+    raise SwapLost(f"{key}: compare-and-swap failed; read it again and retry",
+                   {"actual_revision": current.mod_revision if current else 0,
+                    "actual_value": current.value if current else None})
+
+
+def present(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    key, value, lease = params["key"], params["value"], params["lease"] or 0
+    current = etcd.get(key)
+    if current is not None and current.value == value and current.lease == lease:
+        return {"changed": False, "key": key, "value": value, "revision": current.mod_revision}
+    if_revision, if_value = params["if_revision"], params["if_value"]
+    check_condition(key, current, if_revision, if_value)
+    result = {"changed": True, "key": key, "value": value,
+              "diff": {"before_header": key, "after_header": key,
+                       "before": current.value + "\n" if current else "",
+                       "after": value + "\n"}}
+    if check_mode:
+        if lease and etcd.lease_info(lease, keys=False) is None:
+            raise EtcdError(f"lease: {lease} does not exist (it expired or was revoked): "
+                            f"grant a new lease")
+        if current is not None:
+            result["revision"] = current.mod_revision
+        return result
+    if if_revision is None and if_value is None:
+        result["revision"] = etcd.put(key, value, lease=lease)
+        return result
+    swap = etcd.put_if(key, value, mod_revision=if_revision, value_equals=if_value,
+                       lease=lease)
+    if not swap.succeeded:  # changed between the read above and the transaction
+        lost(key, swap.current, if_revision, if_value)
+    result["revision"] = swap.revision
+    return result
+
+
+def absent(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    key = params["key"]
+    if params["prefix"]:
+        doomed = etcd.get_prefix(key)
+        if not doomed:
+            return {"changed": False, "key": key, "deleted": 0}
+        listing = "".join(f"{kv.key}: {kv.value}\n" for kv in doomed)
+        result = {"changed": True, "key": key, "deleted": len(doomed),
+                  "diff": {"before_header": f"{key} (prefix)", "after_header": f"{key} (prefix)",
+                           "before": listing, "after": ""}}
+        if not check_mode:
+            result["deleted"] = etcd.delete_prefix(key)
+            result["changed"] = result["deleted"] > 0
+        return result
+    current = etcd.get(key)
+    if current is None:
+        return {"changed": False, "key": key, "deleted": 0}
+    if_revision, if_value = params["if_revision"], params["if_value"]
+    check_condition(key, current, if_revision, if_value)
+    result = {"changed": True, "key": key, "deleted": 1,
+              "diff": {"before_header": key, "after_header": key,
+                       "before": current.value + "\n", "after": ""}}
+    if check_mode:
+        return result
+    if if_revision is None and if_value is None:
+        result["deleted"] = etcd.delete(key)
+    else:
+        swap = etcd.delete_if(key, mod_revision=if_revision, value_equals=if_value)
+        if not swap.succeeded:
+            lost(key, swap.current, if_revision, if_value)
+    result["changed"] = result["deleted"] > 0
+    return result
+
+
+STATES = {"present": present, "absent": absent}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           required_if=[("state", "present", ("value",))])
+    params = dict(module.params, value=as_text(module.params["value"]),
+                  if_value=as_text(module.params["if_value"]))
+    run_module(module, STATES[params["state"]], params=params, refusal=refusal,
+               key=params["key"])
+
+
+if __name__ == "__main__":
+    main()

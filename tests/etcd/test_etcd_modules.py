@@ -1,0 +1,353 @@
+"""yasco.cluster.etcd_key, etcd_key_info, etcd_lease and etcd_lease_info, run by
+ansible-playbook as an operator runs them, against real etcd servers."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from .conftest import (ROOT, ansible_env, closed_port_url, parse_run, playbook_command,
+                       write_playbook)
+
+
+def unsupported(module: str, option: str) -> str:
+    return f"Unsupported parameters for (yasco.cluster.{module}) module: {option}."
+
+
+def key_task(name: str, **args) -> dict:
+    return {"name": name, "yasco.cluster.etcd_key": args}
+
+
+def key_info_task(name: str, **args) -> dict:
+    return {"name": name, "yasco.cluster.etcd_key_info": args}
+
+
+def lease_task(name: str, **args) -> dict:
+    return {"name": name, "yasco.cluster.etcd_lease": args}
+
+
+def lease_info_task(name: str, **args) -> dict:
+    return {"name": name, "yasco.cluster.etcd_lease_info": args}
+
+
+def test_a_second_identical_write_changes_nothing_and_the_diff_shows_the_change(
+        etcd, prefix, playbook):
+    key = f"{prefix}vms/web1"
+    etcd.client().put(key, '{"host":"hv1"}')
+    run = playbook([key_task("write", key=key, value='{"host":"hv2"}'),
+                    key_task("write again", key=key, value='{"host":"hv2"}'),
+                    key_task("write it as data", key=key, value={"host": "hv2"}),
+                    key_info_task("read", key=key)],
+                   "--diff", env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    assert run.returncode == 0, run.output
+    first, again, read = (run.result(n) for n in ("write", "write again", "read"))
+    assert first["changed"] is True and again["changed"] is False
+    assert first["diff"] == {"before_header": key, "after_header": key,
+                             "before": '{"host":"hv1"}\n', "after": '{"host":"hv2"}\n'}
+    assert "diff" not in again
+    assert run.result("write it as data")["changed"] is False
+    current = etcd.client().get(key)
+    assert first["revision"] == again["revision"] == read["revision"] == current.mod_revision
+    assert read["exists"] is True and read["value"] == '{"host":"hv2"}'
+    assert read["kvs"] == [current.as_dict()]
+
+
+def test_check_mode_reports_every_change_and_makes_none(etcd, prefix, playbook):
+    client = etcd.client()
+    client.put(f"{prefix}keep", "old")
+    client.put(f"{prefix}doomed/a", "1")
+    client.put(f"{prefix}doomed/b", "2")
+    run = playbook([key_task("write", key=f"{prefix}keep", value="new"),
+                    key_task("create", key=f"{prefix}new", value="x"),
+                    key_task("delete", key=f"{prefix}keep", state="absent"),
+                    key_task("delete prefix", key=f"{prefix}doomed/", prefix=True,
+                             state="absent"),
+                    lease_task("grant", ttl=30)],
+                   "--check", "--diff", env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    assert run.returncode == 0, run.output
+    assert all(result["changed"] for result in run.results), run.results
+    assert run.result("write")["diff"]["before"] == "old\n"
+    assert run.result("create")["diff"]["before"] == ""
+    assert run.result("delete prefix")["deleted"] == 2
+    assert run.result("delete prefix")["diff"]["before"] == (
+        f"{prefix}doomed/a: 1\n{prefix}doomed/b: 2\n")
+    assert "id" not in run.result("grant")
+    assert {kv.key: kv.value for kv in client.get_prefix(prefix)} == {
+        f"{prefix}keep": "old", f"{prefix}doomed/a": "1", f"{prefix}doomed/b": "2"}
+
+
+def test_compare_and_swap_writes_when_unchanged_and_fails_naming_what_it_found(
+        etcd, prefix, playbook):
+    key = f"{prefix}vms/web1"
+    client = etcd.client()
+    revision = client.put(key, "on hv1")
+    run = playbook([
+        key_task("move", key=key, value="on hv2", if_revision=revision),
+        {**key_task("move on a stale revision", key=key, value="on hv3", if_revision=revision),
+         "ignore_errors": True},
+        {**key_task("create what exists", key=key, value="on hv3", if_revision=0),
+         "ignore_errors": True},
+        {**key_task("swap a stale value", key=key, value="on hv3", if_value="on hv1"),
+         "ignore_errors": True},
+        {**key_task("delete a stale value", key=key, state="absent", if_value="on hv1"),
+         "ignore_errors": True},
+        key_task("swap the current value", key=key, value="on hv3", if_value="on hv2"),
+        key_task("create a fence", key=f"{prefix}fences/hv1", value="{}", if_revision=0),
+    ], env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    assert run.returncode == 0, run.output
+    stale = run.result("move on a stale revision")
+    now = run.result("move")["revision"]
+    assert stale["failed"] is True
+    assert stale["msg"] == (f"{key}: compare-and-swap failed: expected mod_revision "
+                            f"{revision}, found mod_revision {now}, value 'on hv2': it changed "
+                            f"since it was read; read it again and retry")
+    assert (stale["expected_revision"], stale["actual_revision"], stale["actual_value"]) == (
+        revision, now, "on hv2")
+    assert run.result("create what exists")["msg"].startswith(
+        f"{key}: compare-and-swap failed: expected no key, found mod_revision {now}")
+    for name in ("swap a stale value", "delete a stale value"):
+        result = run.result(name)
+        assert result["failed"] is True and result["expected_value"] == "on hv1", result
+        assert "expected value 'on hv1', found mod_revision" in result["msg"]
+    assert run.result("swap the current value")["changed"] is True
+    assert run.result("create a fence")["changed"] is True
+    assert client.get(key).value == "on hv3"
+
+
+def test_of_two_concurrent_writers_on_one_revision_only_one_wins(etcd, prefix, tmp_path):
+    key = f"{prefix}vms/web1"
+    revision = etcd.client().put(key, "on hv1")
+    books = [write_playbook(tmp_path, [key_task("move", key=key, value=f"on {host}",
+                                                if_revision=revision)])
+             for host in ("hv2", "hv3")]
+    env = ansible_env(YASCO_ETCD_ENDPOINTS=etcd.url)
+    writers = [subprocess.Popen(playbook_command(book), cwd=ROOT, env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for book in books]
+    runs = []
+    for writer in writers:
+        stdout, stderr = writer.communicate(timeout=120)
+        runs.append(parse_run(subprocess.CompletedProcess(writer.args, writer.returncode,
+                                                          stdout, stderr)))
+    won = [run for run in runs if run.returncode == 0]
+    lost = [run for run in runs if run.returncode != 0]
+    assert len(won) == 1 and len(lost) == 1, [run.output for run in runs]
+    winner = won[0].result("move")
+    assert etcd.client().get(key).value == winner["value"]
+    assert lost[0].result("move")["actual_value"] == winner["value"]
+    assert lost[0].result("move")["actual_revision"] == winner["revision"]
+
+
+def test_a_key_bound_to_a_lease_goes_with_it(etcd, prefix, playbook):
+    key = f"{prefix}hosts/hv1/alive"
+    ttl = 4  # long enough for the tasks after the grant to see the lease, whatever the load
+    run = playbook([
+        {**lease_task("grant", ttl=ttl), "register": "granted"},
+        key_task("bind", key=key, value="up", lease="{{ granted.id }}"),
+        key_task("bind again", key=key, value="up", lease="{{ granted.id }}"),
+        lease_info_task("read", id="{{ granted.id }}"),
+    ], env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    assert run.returncode == 0, run.output
+    granted = run.result("grant")
+    assert granted["changed"] is True and granted["granted_ttl"] == ttl
+    assert run.result("bind")["changed"] is True
+    assert run.result("bind again")["changed"] is False
+    assert run.result("read")["keys"] == [key]
+    client = etcd.client()
+    deadline = time.monotonic() + ttl + 5
+    while client.get(key) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.get(key) is None, "the key outlived its lease"
+
+
+def test_a_lease_with_an_id_is_granted_once_and_revoked_once(etcd, prefix, playbook):
+    lease_id = int(time.time_ns() % 10**15)
+    key = f"{prefix}k"
+    run = playbook([
+        lease_task("grant", id=lease_id, ttl=60),
+        lease_task("grant again", id=lease_id, ttl=60),
+        key_task("bind", key=key, value="v", lease=lease_id),
+        lease_task("revoke", id=lease_id, state="absent"),
+        lease_task("revoke again", id=lease_id, state="absent"),
+        lease_info_task("read", id=lease_id),
+        {**key_task("bind to the revoked lease", key=key, value="v", lease=lease_id),
+         "ignore_errors": True},
+    ], env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    assert run.returncode == 0, run.output
+    assert run.result("grant")["changed"] is True and run.result("grant")["id"] == lease_id
+    assert run.result("grant again")["changed"] is False
+    assert 0 < run.result("grant again")["ttl"] <= 60
+    assert run.result("revoke")["changed"] is True and run.result("revoke")["keys"] == [key]
+    assert run.result("revoke again")["changed"] is False
+    assert run.result("read")["alive"] is False and "keys" not in run.result("read")
+    assert f"lease {lease_id} does not exist (it expired or was revoked): grant a new lease" in \
+        run.result("bind to the revoked lease")["msg"]
+    assert etcd.client().get(key) is None
+
+
+def test_a_prefix_is_read_and_deleted_as_a_whole(etcd, prefix, playbook):
+    client = etcd.client()
+    for name in ("hv1", "hv2", "hv3"):
+        client.put(f"{prefix}hosts/{name}/registered", f'{{"name":"{name}"}}')
+    client.put(f"{prefix}vms/web1", "{}")
+    run = playbook([
+        key_info_task("read", key=f"{prefix}hosts/", prefix=True),
+        key_task("delete", key=f"{prefix}hosts/", prefix=True, state="absent"),
+        key_task("delete again", key=f"{prefix}hosts/", prefix=True, state="absent"),
+        key_task("delete one", key=f"{prefix}vms/web1", state="absent"),
+        key_task("delete it again", key=f"{prefix}vms/web1", state="absent"),
+    ], env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    assert run.returncode == 0, run.output
+    kvs = run.result("read")["kvs"]
+    assert [kv["key"] for kv in kvs] == [f"{prefix}hosts/hv{n}/registered" for n in (1, 2, 3)]
+    assert kvs[0]["value"] == '{"name":"hv1"}' and kvs[0]["version"] == 1
+    assert (run.result("delete")["changed"], run.result("delete")["deleted"]) == (True, 3)
+    assert (run.result("delete again")["changed"], run.result("delete again")["deleted"]) == (
+        False, 0)
+    assert run.result("delete one")["deleted"] == 1
+    assert run.result("delete it again")["changed"] is False
+    assert client.get_prefix(prefix) == []
+
+
+def test_key_info_reads_a_key_a_prefix_and_a_missing_key_alike_in_check_mode(
+        etcd, prefix, playbook):
+    client = etcd.client()
+    client.put(f"{prefix}hosts/hv1/registered", '{"rack":"1"}')
+    client.put(f"{prefix}hosts/hv2/registered", '{"rack":"2"}')
+    client.put(f"{prefix}vms/web1", '{"host":"hv1"}')
+    before = {kv.key: kv.as_dict() for kv in client.get_prefix(prefix)}
+    tasks = [key_info_task("one", key=f"{prefix}vms/web1"),
+             key_info_task("missing", key=f"{prefix}vms/nothing"),
+             key_info_task("prefix", key=f"{prefix}hosts/", prefix=True),
+             key_info_task("empty prefix", key=f"{prefix}fences/", prefix=True)]
+    env = {"YASCO_ETCD_ENDPOINTS": etcd.url}
+    runs = {"run": playbook(tasks, env=env),
+            "check": playbook(tasks, "--check", "--diff", env=env)}
+    for mode, run in runs.items():
+        assert run.returncode == 0, (mode, run.output)
+        assert not any(result["changed"] for result in run.results), (mode, run.results)
+        assert not any("diff" in result for result in run.results), (mode, run.results)
+        one, missing = run.result("one"), run.result("missing")
+        assert (one["exists"], one["value"], one["revision"]) == (
+            True, '{"host":"hv1"}', before[f"{prefix}vms/web1"]["mod_revision"]), mode
+        assert one["kvs"] == [before[f"{prefix}vms/web1"]], mode
+        assert missing["exists"] is False and missing["kvs"] == [], mode
+        assert "value" not in missing and "revision" not in missing, mode
+        assert run.result("prefix")["kvs"] == [before[f"{prefix}hosts/hv1/registered"],
+                                               before[f"{prefix}hosts/hv2/registered"]], mode
+        assert "exists" not in run.result("prefix"), mode
+        assert run.result("empty prefix")["kvs"] == [], mode
+    assert {kv.key: kv.as_dict() for kv in client.get_prefix(prefix)} == before
+
+
+def test_lease_info_reads_time_to_live_and_keys_and_says_when_a_lease_is_gone(
+        etcd, prefix, playbook):
+    client = etcd.client()
+    lease = client.grant_lease(60)
+    client.put(f"{prefix}b", "2", lease=lease.id)
+    client.put(f"{prefix}a", "1", lease=lease.id)
+    gone = client.grant_lease(60)
+    client.revoke_lease(gone.id)
+    tasks = [lease_info_task("held", id=lease.id), lease_info_task("gone", id=gone.id)]
+    env = {"YASCO_ETCD_ENDPOINTS": etcd.url}
+    for args in ((), ("--check",)):
+        run = playbook(tasks, *args, env=env)
+        assert run.returncode == 0, (args, run.output)
+        held, revoked = run.result("held"), run.result("gone")
+        assert held["changed"] is False and held["alive"] is True, (args, held)
+        assert held["id"] == lease.id and held["granted_ttl"] == 60, (args, held)
+        assert 0 < held["ttl"] <= 60, (args, held)
+        assert held["keys"] == [f"{prefix}a", f"{prefix}b"], (args, held)
+        assert (revoked["changed"], revoked["id"], revoked["alive"]) == (False, gone.id, False)
+        assert not {"ttl", "granted_ttl", "keys"} & set(revoked), (args, revoked)
+    assert sorted(client.lease_info(lease.id).keys) == [f"{prefix}a", f"{prefix}b"]
+    client.revoke_lease(lease.id)
+
+
+def test_modules_reach_etcd_over_tls_and_with_a_password_and_say_why_not(
+        etcd_tls, etcd_auth, prefix, playbook):
+    key = f"{prefix}k"
+    run = playbook([
+        key_task("over tls", key=key, value="v", **etcd_tls.options()),
+        {**key_task("with a wrong ca", key=key, value="v",
+                    **etcd_tls.options(ca_cert=etcd_tls.wrong_ca)), "ignore_errors": True},
+        key_task("with a password", key=key, value="v", **etcd_auth.options()),
+        {**key_task("with a wrong password", key=key, value="v",
+                    **etcd_auth.options(password="not-the-password")),
+         "ignore_errors": True},
+        lease_task("grant with a password", ttl=5, **etcd_auth.options()),
+        key_info_task("read as a user who may only read", key=key,
+                      **etcd_auth.options(username="reader", password="reader-secret")),
+    ])
+    assert run.returncode == 0, run.output
+    assert run.result("over tls")["changed"] is True
+    assert etcd_tls.client().get(key).value == "v"
+    assert "TLS: certificate verify failed" in run.result("with a wrong ca")["msg"]
+    assert "check that ca_cert (yasco_etcd_ca_cert)" in run.result("with a wrong ca")["msg"]
+    assert run.result("with a password")["changed"] is True
+    assert etcd_auth.client().get(key).value == "v"
+    assert run.result("with a wrong password")["msg"] == (
+        f"etcd at {etcd_auth.url}: authentication as 'root' failed: wrong user name or "
+        f"password: check username and password (yasco_etcd_username, yasco_etcd_password)")
+    assert "root-secret" not in run.output
+    assert run.result("grant with a password")["changed"] is True
+    assert run.result("read as a user who may only read")["value"] == "v"
+
+
+def test_an_unreachable_etcd_fails_the_task_in_time_naming_it_and_a_second_one_is_used(
+        etcd, prefix, playbook):
+    down = closed_port_url()
+    started = time.monotonic()
+    run = playbook([
+        {**key_task("down", key=f"{prefix}k", value="v", endpoints=[down], timeout=2),
+         "ignore_errors": True},
+        key_task("fail over", key=f"{prefix}k", value="v", endpoints=[down, etcd.url]),
+    ])
+    assert time.monotonic() - started < 20
+    assert run.returncode == 0, run.output
+    assert run.result("down")["msg"] == (
+        f"etcd at {down}: unreachable within 2 s ({down}: connection refused): check "
+        f"endpoints (yasco_etcd_endpoints) and that etcd runs there")
+    assert run.result("fail over")["changed"] is True
+    assert etcd.client().get(f"{prefix}k").value == "v"
+
+
+def test_options_that_do_not_fit_together_are_refused_naming_the_option(etcd, prefix,
+                                                                        playbook):
+    endpoints = [etcd.url]
+    tasks = {
+        "prefix to write": key_task("prefix to write", key=prefix, value="v", prefix=True,
+                                    endpoints=endpoints),
+        "condition to read": key_info_task("condition to read", key=prefix, if_revision=3,
+                                           endpoints=endpoints),
+        "state info": key_task("state info", key=prefix, state="info", endpoints=endpoints),
+        "empty key to read": key_info_task("empty key to read", key="", endpoints=endpoints),
+        "value to delete": key_task("value to delete", key=prefix, state="absent", value="v",
+                                    endpoints=endpoints),
+        "condition on a prefix": key_task("condition on a prefix", key=prefix, prefix=True,
+                                          state="absent", if_value="v", endpoints=endpoints),
+        "no value": key_task("no value", key=prefix, endpoints=endpoints),
+        "no endpoints": key_info_task("no endpoints", key=prefix),
+        "no ttl": lease_task("no ttl", endpoints=endpoints),
+        "ttl to read": lease_info_task("ttl to read", id=7, ttl=5, endpoints=endpoints),
+        "no lease id": lease_info_task("no lease id", id=0, endpoints=endpoints),
+    }
+    run = playbook([{**task, "ignore_errors": True} for task in tasks.values()])
+    # Ansible lists the supported options after the unsupported ones: leave that out.
+    messages = {name: run.result(name)["msg"].split(" Supported parameters include")[0]
+                for name in tasks}
+    assert messages == {
+        "prefix to write": "prefix: applies to state=absent only; state=present writes one "
+                           "key",
+        "condition to read": unsupported("etcd_key_info", "if_revision"),
+        "state info": "value of state must be one of: present, absent, got: info",
+        "empty key to read": "key: must not be empty",
+        "value to delete": "value: applies to state=present only, not state=absent",
+        "condition on a prefix": "if_value: compares one key, so it cannot be used with "
+                                 "prefix=true",
+        "no value": "state is present but all of the following are missing: value",
+        "no endpoints": "missing required arguments: endpoints",
+        "no ttl": "state is present but all of the following are missing: ttl",
+        "ttl to read": unsupported("etcd_lease_info", "ttl"),
+        "no lease id": "id: must be a positive lease id, got 0",
+    }
