@@ -18,7 +18,8 @@ def run_playbook(playbook: Path | str | list, inventory: str = "localhost,",
                  *args: str, extra_vars: dict | None = None, tmp_path: Path | None = None,
                  timeout: float = 300) -> tuple[int, list[dict]]:
     """Run a playbook (a path, or plays as data written to `tmp_path`) and return its
-    exit code and, per task in order, the result on its one host."""
+    exit code and the tasks' results in order, one per task and host (the host's
+    name under `_host`)."""
     if isinstance(playbook, list):
         path = Path(tmp_path) / "play.yml"
         path.write_text(yaml.safe_dump(playbook, sort_keys=False))
@@ -36,8 +37,8 @@ def run_playbook(playbook: Path | str | list, inventory: str = "localhost,",
     results = []
     for play in report["plays"]:
         for task in play["tasks"]:
-            (result,) = task["hosts"].values()
-            results.append(result)
+            for host, result in task["hosts"].items():
+                results.append({**result, "_host": host})
     return done.returncode, results
 
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_POOL, CEPH_SECRET_UUID, CLUSTER_NAME,
-                     HostLayout, ceph_admin_keyring_path, ceph_conf_path, inventory_dir,
-                     known_hosts_path, ssh_key_path)
+from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL, CEPH_SECRET_UUID,
+                     CLUSTER_NAME, HostLayout, ceph_address, ceph_admin_keyring_path,
+                     ceph_conf_path, inventory_dir, known_hosts_path, ssh_key_path)
 
 # What the lab tells the planner each host offers. The lab's VMs are canaries of
 # 128 MiB, so these are small on purpose: a plan must fit the real machine.
@@ -48,6 +48,7 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
         "yasco_ceph_hypervisor_client": CEPH_HYPERVISOR_CLIENT,
         "yasco_ceph_secret_uuid": CEPH_SECRET_UUID,
         "yasco_ceph_pool": CEPH_POOL,
+        "yasco_ceph_monitors": [f"{ceph_address()}:{CEPH_MON_PORT}"],
         "yasco_virt_type": virt_type,
         # Any VM without boot settings of its own boots the canary guest.
         "yasco_vm_defaults": {**canary, "memory_mb": 128, "vcpus": 1, "disk_gb": 1},

@@ -31,6 +31,7 @@ ARGUMENT_SPEC = {
     "path": {"type": "path"},
     "keep_homes": {"type": "bool", "default": True},
     "rebalance_moves": {"type": "int", "default": 0},
+    "verify": {"type": "bool", "default": False},
 }
 GLOBAL_VARS = ("yasco_vms", "yasco_vm_defaults", "yasco_failures_to_tolerate",
                "yasco_failure_domains_to_tolerate", "yasco_cpu_allocation_ratio")
@@ -140,6 +141,8 @@ class ActionModule(ActionBase):
             result.update(failed=True, problems=err.problems,
                           msg="invalid VDM input: " + "; ".join(err.problems))
             return result
+        if args["verify"]:
+            return self._verify(result, path, previous, problem)
         if (previous and previous.get("digest") == problem_digest(problem)
                 and not args["rebalance_moves"] and not check(problem, previous)):
             result.update(changed=False, path=path, version=previous.get("version"),
@@ -176,4 +179,22 @@ class ActionModule(ActionBase):
             msg=(f"VDM version {vdm['version']}: {len(vdm['home'])} VMs on "
                  f"{len(problem.hosts)} hypervisors, {len(problem.failure_sets)} failure "
                  f"sets covered, {len(moved)} VMs move home"))
+        return result
+
+    @staticmethod
+    def _verify(result: dict, path: str, previous: dict | None, problem) -> dict:
+        """Only say whether the map on file is the one for the inventory as it is."""
+        if previous is None:
+            raise AnsibleActionFail(f"no VDM at {path}: plan one first (playbooks/plan.yml)")
+        if previous.get("digest") != problem_digest(problem):
+            raise AnsibleActionFail(
+                f"the VDM at {path} (version {previous.get('version')}) was planned from "
+                "other inputs than the inventory holds now (hypervisors, VMs or settings "
+                "changed): plan again (playbooks/plan.yml), then run this again")
+        violations = check(problem, previous)
+        if violations:
+            raise AnsibleActionFail(f"the VDM at {path} breaks its invariants: "
+                                    f"{'; '.join(violations[:5])}; plan again")
+        result.update(changed=False, path=path, version=previous.get("version"), moved=[],
+                      msg=f"VDM version {previous.get('version')} is current")
         return result

@@ -104,9 +104,13 @@ def _sub(parent: ET.Element, tag: str, text: Any = None, **attrs: Any) -> ET.Ele
     return element
 
 
-def _disk(devices: ET.Element, disk: dict[str, Any], index: int) -> None:
-    target = disk.get("target") or f"vd{chr(ord('a') + index)}"
+def _disk(devices: ET.Element, disk: dict[str, Any], index: int, machine: str) -> None:
     device = disk.get("device", "disk")
+    # CD-ROMs cannot be virtio: IDE on the default i440fx machine, SATA on q35.
+    cdrom_bus = "sata" if "q35" in machine else "ide"
+    bus = disk.get("bus") or (cdrom_bus if device == "cdrom" else "virtio")
+    prefix = {"virtio": "vd", "ide": "hd"}.get(bus, "sd")
+    target = disk.get("target") or f"{prefix}{chr(ord('a') + index)}"
     if disk.get("rbd"):
         element = _sub(devices, "disk", type="network", device=device)
         _sub(element, "driver", name="qemu", type="raw", cache=disk.get("cache", "none"),
@@ -122,7 +126,6 @@ def _disk(devices: ET.Element, disk: dict[str, Any], index: int) -> None:
         element = _sub(devices, "disk", type="file", device=device)
         _sub(element, "driver", name="qemu", type=disk.get("format", "raw"))
         _sub(element, "source", file=disk["file"])
-    bus = disk.get("bus") or ("sata" if device == "cdrom" else "virtio")
     _sub(element, "target", dev=target, bus=bus)
     if disk.get("readonly") or device == "cdrom":
         _sub(element, "readonly")
@@ -148,7 +151,7 @@ def render_domain_xml(name: str, spec: dict[str, Any]) -> str:
     _sub(domain, "on_crash", "destroy")
     devices = _sub(domain, "devices")
     for index, disk in enumerate(spec.get("disks", [])):
-        _disk(devices, disk, index)
+        _disk(devices, disk, index, spec.get("machine") or "pc")
     for nic in spec.get("nics", []):
         kind = "network" if nic.get("network") else "bridge"
         element = _sub(devices, "interface", type=kind)

@@ -103,10 +103,12 @@ options:
             description: The libvirt secret holding that user's key.
             type: str
           target:
-            description: The device name in the guest; C(vda), C(vdb), ... by default.
+            description: The device name in the guest; by default C(vd), C(hd) or C(sd) (by
+              bus) and a letter by position.
             type: str
           bus:
-            description: The bus; C(virtio) for disks, C(sata) for CD-ROMs by default.
+            description: The bus; C(virtio) for disks by default, and for CD-ROMs C(ide)
+              (C(sata) on a q35 machine).
             type: str
           cache:
             description:

@@ -50,6 +50,13 @@ options:
         hypervisors. Each move is a live migration when the map is applied.
     type: int
     default: 0
+  verify:
+    description:
+      - Only check that the map on file was planned from the inventory as it is now
+        and holds every invariant; fail, naming what to do, if not. Writes nothing.
+      - Playbooks that apply the map run this first.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

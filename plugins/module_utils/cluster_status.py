@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the cluster looks like right now, from etcd and from libvirt on every host,
+and where the two disagree.
+
+The disagreements are the point: a VM running somewhere etcd does not say, a VM
+running on two hosts at once (the one outcome YASCO exists to prevent), a VM etcd
+records as running that runs nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, from_json
+
+
+def _running_domains(name: str, uri: str, timeout: float) -> tuple[dict[str, str] | None, str]:
+    """Domain name -> state on one host, or None and why when it cannot be asked."""
+    try:
+        conn = lv.connect(uri, timeout)
+    except lv.LibvirtAdapterError as err:
+        return None, str(err)
+    try:
+        return {dom.name(): lv.domain_state(dom) for dom in conn.listAllDomains()}, ""
+    except lv.libvirt.libvirtError as err:
+        return None, f"{name}: {err.get_error_message()}"
+    finally:
+        conn.close()
+
+
+def _table(rows: list[list[Any]], header: list[str]) -> str:
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
+                   ) -> dict[str, Any]:
+    del check_mode  # reading only
+    cluster = params["cluster"]
+    vdm = params["vdm"] or {}
+    kinds = {n: v.get("kind", "") for n, v in (vdm.get("vms") or {}).items()}
+    problems: list[str] = []
+    hosts = []
+    seen: dict[str, list[tuple[str, str]]] = {}
+    for name, uri in sorted(params["hypervisors"].items()):
+        alive = etcd.get(etcd_keys.alive_key(name, cluster=cluster))
+        ttl = None
+        if alive is not None and alive.lease:
+            lease = etcd.lease_info(alive.lease, keys=False)
+            ttl = lease.ttl if lease else None
+        domains, why = _running_domains(name, uri, params["connect_timeout"])
+        if domains is None:
+            problems.append(f"{name}: libvirt cannot be reached ({why})")
+        for dom, state in (domains or {}).items():
+            seen.setdefault(dom, []).append((name, state))
+        hosts.append({
+            "name": name,
+            "alive": alive is not None,
+            "lease_ttl": ttl,
+            "fenced": etcd.get(etcd_keys.fence_key(name, cluster=cluster)) is not None,
+            "maintenance": etcd.get(etcd_keys.maintenance_key(name, cluster=cluster))
+            is not None,
+            "libvirt": "reachable" if domains is not None else "unreachable",
+            "domains": sorted(domains or {}),
+        })
+    records = {kv.key.rsplit("/", 1)[-1]: from_json(kv.value, kv.key)
+               for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=cluster))}
+    vms = []
+    for name in sorted(set(vdm.get("home", {})) | set(records) | set(seen)):
+        record = records.get(name) or {}
+        running = sorted(h for h, state in seen.get(name, []) if state in ("running", "paused"))
+        if len(running) > 1:
+            problems.append(f"{name}: RUNNING TWICE, on {' and '.join(running)}")
+        elif running and record.get("host") not in (None, running[0]):
+            problems.append(f"{name}: runs on {running[0]} but etcd records "
+                            f"{record.get('host')}")
+        elif running and not record:
+            problems.append(f"{name}: runs on {running[0]} but etcd has no record of it")
+        if record.get("state") == "running" and not running:
+            problems.append(f"{name}: etcd records it running on {record.get('host')} but "
+                            "it runs nowhere")
+        vms.append({"name": name, "home": vdm.get("home", {}).get(name),
+                    "recorded_host": record.get("host"), "recorded_state": record.get("state"),
+                    "running_on": running, "kind": kinds.get(name, "")})
+    host_table = _table([[h["name"], "yes" if h["alive"] else "NO",
+                          "-" if h["lease_ttl"] is None else h["lease_ttl"],
+                          "yes" if h["fenced"] else "no", "yes" if h["maintenance"] else "no",
+                          h["libvirt"], len(h["domains"])] for h in hosts],
+                        ["hypervisor", "alive", "lease ttl", "fenced", "maintenance",
+                         "libvirt", "domains"])
+    vm_table = _table([[v["name"], v["kind"], v["home"] or "-", v["recorded_host"] or "-",
+                        v["recorded_state"] or "-", ",".join(v["running_on"]) or "-"]
+                       for v in vms],
+                      ["vm", "kind", "home", "etcd host", "etcd state", "running on"])
+    return {"changed": False, "hypervisors": hosts, "vms": vms, "problems": problems,
+            "table": host_table + "\n\n" + vm_table + "\n",
+            "summary": json.dumps({"problems": len(problems), "vms": len(vms)})}

@@ -1,0 +1,106 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: cluster_status
+short_description: The cluster as etcd and libvirt see it, and where they disagree
+version_added: 0.1.0
+description:
+  - For every hypervisor, whether its agent is alive (and its lease's time to live),
+    whether it is fenced or in maintenance, and which domains libvirt runs there.
+  - For every VM, its VDM home, where etcd records it and where it actually runs.
+  - Lists the disagreements in RV(problems) - above all a VM running on two hosts.
+  - Changes nothing.
+author:
+  - YASCO developers (@yasco)
+options:
+  hypervisors:
+    description: Hypervisor name to its libvirt URI.
+    type: dict
+    required: true
+  cluster:
+    description: The cluster's name, under which its etcd keys live.
+    type: str
+    default: yasco
+  vdm:
+    description: The VDM (C(yasco_vdm)), for homes and kinds.
+    type: dict
+    default: {}
+  connect_timeout:
+    description: Seconds to wait for each hypervisor's libvirt.
+    type: float
+    default: 10
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - yasco.cluster.etcd
+attributes:
+  check_mode:
+    support: full
+    details: It changes nothing, in check mode or not.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+"""
+
+EXAMPLES = r"""
+- name: Look at the cluster
+  yasco.cluster.cluster_status:
+    hypervisors: "{{ dict(groups.yasco_hypervisors | zip(groups.yasco_hypervisors | map('extract', hostvars, 'yasco_libvirt_uri'))) }}"
+    cluster: "{{ yasco_cluster_name }}"
+    vdm: "{{ yasco_vdm }}"
+    endpoints: "{{ yasco_etcd_endpoints }}"
+  register: status
+"""
+
+RETURN = r"""
+hypervisors:
+  description: Per hypervisor, C(name), C(alive), C(lease_ttl), C(fenced),
+    C(maintenance), C(libvirt) (reachable or not) and C(domains).
+  returned: success
+  type: list
+  elements: dict
+vms:
+  description: Per VM, C(name), C(kind), C(home), C(recorded_host), C(recorded_state)
+    and C(running_on) (hosts where libvirt runs it).
+  returned: success
+  type: list
+  elements: dict
+problems:
+  description: Every disagreement, as a sentence naming the VM or host.
+  returned: success
+  type: list
+  elements: str
+  sample: ["web1: RUNNING TWICE, on hv1 and hv2"]
+table:
+  description: The same as two text tables.
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster_status import cluster_status
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+    module_argument_spec, run_module)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=module_argument_spec(
+            hypervisors={"type": "dict", "required": True},
+            cluster={"type": "str", "default": "yasco"},
+            vdm={"type": "dict", "default": {}},
+            connect_timeout={"type": "float", "default": 10.0},
+        ),
+        supports_check_mode=True,
+    )
+    run_module(module, cluster_status)
+
+
+if __name__ == "__main__":
+    main()

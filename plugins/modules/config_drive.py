@@ -1,0 +1,112 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: config_drive
+short_description: A cloud-init NoCloud config drive, kept as an RBD image
+version_added: 0.1.0
+description:
+  - Writes an ISO 9660 drive labelled C(cidata) with C(user-data), C(meta-data) and
+    optionally C(network-config) into an RBD image, which a VM attaches as a CD-ROM, so
+    cloud images configure themselves with no metadata server.
+  - The drive lives in Ceph, so a VM finds it on any host it fails over to.
+  - A digest of the content is kept in the image's metadata; a rerun with the same
+    content changes nothing.
+author:
+  - YASCO developers (@yasco)
+options:
+  pool:
+    description: The pool.
+    type: str
+    required: true
+  name:
+    description: The image holding the drive.
+    type: str
+    required: true
+  state:
+    description: Whether the drive exists.
+    type: str
+    choices: [present, absent]
+    default: present
+  user_data:
+    description: The user data; a mapping is written as C(#cloud-config) YAML.
+    type: raw
+  meta_data:
+    description: The meta data, a mapping or text; by default C(instance-id) and
+      C(local-hostname) set to O(name).
+    type: raw
+  network_config:
+    description: Network configuration (cloud-init's version 1 or 2), if any.
+    type: raw
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - yasco.cluster.ceph
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: partial
+    details: Shows the content digest before and after.
+  platform:
+    support: full
+    platforms: posix
+requirements:
+  - pycdlib
+seealso:
+  - module: yasco.cluster.libvirt_domain
+"""
+
+EXAMPLES = r"""
+- name: A config drive for web1
+  yasco.cluster.config_drive:
+    pool: yasco
+    name: web1-cidata
+    user_data:
+      users:
+        - name: admin
+          ssh_authorized_keys: ["ssh-ed25519 AAAA... admin"]
+    meta_data:
+      instance-id: web1
+      local-hostname: web1
+"""
+
+RETURN = r"""
+sha256:
+  description: The digest of the drive's content.
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+    CEPH_ARGUMENT_SPEC, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
+from ansible_collections.yasco.cluster.plugins.module_utils.config_drive import (
+    PYCDLIB_IMPORT_ERROR, DriveRun)
+from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            **CEPH_ARGUMENT_SPEC,
+            "pool": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+            "user_data": {"type": "raw"},
+            "meta_data": {"type": "raw"},
+            "network_config": {"type": "raw"},
+        },
+        required_if=[("state", "present", ("user_data",))],
+        supports_check_mode=True,
+    )
+    if PYCDLIB_IMPORT_ERROR and not CEPH_IMPORT_ERROR:
+        run_module(module, DriveRun, CephError, PYCDLIB_IMPORT_ERROR, "pycdlib")
+    run_module(module, DriveRun, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""playbooks/provision.yml, status.yml and remove_vm.yml on the lab: libvirt on every
+host, RBD and etcd agree with the VDM, a rerun changes nothing, and status flags what
+disagrees."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import libvirt
+import pytest
+import rbd
+import yaml
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.config_drive import read_iso
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab import layout, storage
+
+from ..ansible_run import ROOT, run_playbook
+
+
+def playbook(name: str, inventory: Path, *args: str, **extra_vars):
+    return run_playbook(ROOT / "playbooks" / f"{name}.yml", str(inventory), *args,
+                        extra_vars=extra_vars or None)
+
+
+@pytest.fixture(name="cluster", scope="module")
+def fixture_cluster(lab, tmp_path_factory):
+    """An inventory of the lab with a mixed set of VMs (unique names), planned and
+    provisioned once for this file's tests; removed with their disks afterwards."""
+    suffix = uuid.uuid4().hex[:6]
+    names = {kind: f"{kind}-{suffix}" for kind in ("ha1", "ha2", "plain", "batch", "cidata")}
+    vms = {names["ha1"]: {"ha": True}, names["ha2"]: {"ha": True, "priority": 5},
+           names["plain"]: {}, names["batch"]: {"preemptible": True},
+           names["cidata"]: {"ha": True, "cloud_init": {
+               "user_data": {"runcmd": ["echo provisioned"]}}}}
+    inventory = tmp_path_factory.mktemp("provisioning") / "inventory"
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    source = Path(lab["inventory"])
+    shutil.copy(source / "hosts.yml", inventory / "hosts.yml")
+    shutil.copy(source / "group_vars" / "all" / "lab.yml", inventory / "group_vars" / "all")
+    (inventory / "group_vars" / "all" / "vms.yml").write_text(yaml.safe_dump({"yasco_vms": vms}))
+    rc, dummy = playbook("plan", inventory)
+    assert rc == 0
+    rc, dummy = playbook("provision", inventory)
+    assert rc == 0
+    yield inventory, names
+    for name in names.values():
+        playbook("remove_vm", inventory, vm=name, delete_disk=name)
+
+
+def vdm_of(inventory: Path) -> dict:
+    return yaml.safe_load((inventory / "group_vars" / "all" / "yasco_vdm.yml").read_text())[
+        "yasco_vdm"]
+
+
+def running(lab) -> dict[str, list[str]]:
+    """VM name -> hosts whose libvirt runs it."""
+    out: dict[str, list[str]] = {}
+    for host in lab["hosts"]:
+        conn = libvirt.open(host["libvirt_uri"])
+        for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+            out.setdefault(dom.name(), []).append(host["name"])
+        conn.close()
+    return out
+
+
+def records(lab) -> dict[str, dict]:
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        return {kv.key.rsplit("/", 1)[-1]: json.loads(kv.value)
+                for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=layout.CLUSTER_NAME))}
+
+
+def test_provision_agrees_everywhere_and_a_rerun_changes_nothing(lab, cluster):
+    inventory, names = cluster
+    vdm = vdm_of(inventory)
+    where = running(lab)
+    stored = records(lab)
+    with storage.pool() as ioctx:
+        images = set(rbd.RBD().list(ioctx))
+    for name in names.values():
+        assert where.get(name) == [vdm["home"][name]], name
+        assert stored[name] == {"host": vdm["home"][name], "state": "running"}
+        assert name in images
+    assert f"{names['cidata']}-cidata" in images
+    with storage.pool() as ioctx, rbd.Image(ioctx, f"{names['cidata']}-cidata") as image:
+        drive = read_iso(image.read(0, image.size()))
+    assert drive["user-data"] == b"#cloud-config\nruncmd:\n- echo provisioned\n"
+
+    rc, again = playbook("provision", inventory)
+    assert rc == 0
+    assert [r for r in again if r.get("changed")] == []
+
+
+def test_status_flags_a_vm_started_by_hand_on_a_wrong_host(lab, cluster):
+    inventory, names = cluster
+    rc, (status, *dummy) = playbook("status", inventory)
+    assert rc == 0 and status["problems"] == []
+    victim = names["plain"]
+    home = vdm_of(inventory)["home"][victim]
+    stray_host = next(h for h in lab["hosts"] if h["name"] != home)
+    # A copy by hand on a wrong host, on a scratch disk: the same name running twice.
+    scratch = f"{victim}-stray"
+    storage.create_image(scratch)
+    xml_conn = libvirt.open(next(h["libvirt_uri"] for h in lab["hosts"] if h["name"] == home))
+    xml = xml_conn.lookupByName(victim).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    xml = xml.replace(f"{layout.CEPH_POOL}/{victim}'", f"{layout.CEPH_POOL}/{scratch}'")
+    conn = libvirt.open(stray_host["libvirt_uri"])
+    conn.createXML(xml, 0)  # transient: gone once destroyed
+    try:
+        rc, (status, *dummy) = playbook("status", inventory)
+        assert rc != 0
+        assert f"{victim}: RUNNING TWICE, on " in " ".join(status["problems"])
+    finally:
+        conn.lookupByName(victim).destroy()
+        storage.remove_image(scratch)
+
+
+def test_a_vdm_older_than_the_vms_stops_provisioning_before_anything_changes(lab, cluster):
+    inventory, names = cluster
+    vms_file = inventory / "group_vars" / "all" / "vms.yml"
+    vms = yaml.safe_load(vms_file.read_text())
+    late = f"late-{uuid.uuid4().hex[:6]}"
+    vms["yasco_vms"][late] = {"ha": True}
+    original = vms_file.read_text()
+    vms_file.write_text(yaml.safe_dump(vms))
+    try:
+        rc, (verify, *dummy) = playbook("provision", inventory)
+    finally:
+        vms_file.write_text(original)
+    assert rc != 0
+    assert "planned from other inputs than the inventory holds now" in verify["msg"]
+    assert "plan again" in verify["msg"]
+    assert late not in running(lab)
+    with storage.pool() as ioctx:
+        assert late not in rbd.RBD().list(ioctx)
+
+
+def test_remove_vm_keeps_the_disk_unless_confirmed(lab, cluster):
+    inventory, names = cluster
+    name = names["ha1"]
+    rc, dummy = playbook("remove_vm", inventory, vm=name)
+    assert rc == 0
+    assert name not in running(lab) and name not in records(lab)
+    with storage.pool() as ioctx:
+        assert name in rbd.RBD().list(ioctx)
+    rc, dummy = playbook("remove_vm", inventory, vm=name, delete_disk=name)
+    assert rc == 0
+    with storage.pool() as ioctx:
+        assert name not in rbd.RBD().list(ioctx)
