@@ -8,6 +8,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
+    RebalanceError, plan_moves, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
     ProvisioningError, provisioning_items)
 
@@ -27,6 +29,21 @@ def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"vm_record_key: {err}") from err
 
 
+def rebalance_waves(status_vms, vdm, concurrency=2):
+    """Waves of live migrations from where VMs run (cluster_status's vms) to their
+    homes in `vdm`."""
+    current = {vm["name"]: vm["running_on"][0] for vm in status_vms or []
+               if len(vm.get("running_on") or []) == 1}
+    try:
+        moves = plan_moves(current, vdm or {})
+        grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)))
+        return [[{**m, "label": f"{m['vm']}: {m['from']} -> {m['to']}"} for m in wave]
+                for wave in grouped]
+    except RebalanceError as err:
+        raise AnsibleFilterError(f"cannot rebalance: {err}") from err
+
+
 class FilterModule:
     def filters(self):
-        return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key}
+        return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
+                "rebalance_waves": rebalance_waves}

@@ -261,6 +261,8 @@ class _State:
         """Place `vm` on host j if it fits with a chain; else the reason it does not."""
         if not self.allowed(vm)[j]:
             return f"it is not allowed on {self.names[j]}"
+        if vm.home is not None and vm.home != self.names[j]:
+            return f"it is pinned to {vm.home}"
         if self.home_clash(vm, j):
             return f"on {self.names[j]} it would share an anti-affinity label"
         if self.home_room(vm, d)[j] < -_EPSILON:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -137,6 +139,54 @@ def test_a_vdm_older_than_the_vms_stops_provisioning_before_anything_changes(lab
     assert late not in running(lab)
     with storage.pool() as ioctx:
         assert late not in rbd.RBD().list(ioctx)
+
+
+def test_rebalance_moves_vms_to_new_homes_within_capacity(lab, cluster):
+    inventory, names = cluster
+    vms_file = inventory / "group_vars" / "all" / "vms.yml"
+    vms = yaml.safe_load(vms_file.read_text())
+    before = vdm_of(inventory)["home"]
+    hosts = [h["name"] for h in lab["hosts"]]
+    moved = {names["ha2"]: hosts[(hosts.index(before[names["ha2"]]) + 1) % 3],
+             names["plain"]: hosts[(hosts.index(before[names["plain"]]) + 1) % 3]}
+    for name, host in moved.items():
+        vms["yasco_vms"][name]["home"] = host
+    vms_file.write_text(yaml.safe_dump(vms))
+    rc, (planned, *dummy) = playbook("plan", inventory)
+    assert rc == 0, planned.get("msg")
+    rc, results = playbook("rebalance", inventory, "--check")
+    listed = next(r["msg"] for r in results if "moves in" in str(r.get("msg", "")))
+    assert rc == 0 and listed.startswith("2 moves in ")
+    assert running(lab)[names["ha2"]] == [before[names["ha2"]]]  # check mode moved nothing
+
+    capacity = {h: 1024 - 128 for h in hosts}  # the lab's capacity minus reserved, MiB
+    peaks = {h: 0 for h in hosts}
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            for host in lab["hosts"]:
+                conn = libvirt.open(host["libvirt_uri"])
+                used = sum(d.info()[2] // 1024 for d in conn.listAllDomains(
+                    libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE))
+                conn.close()
+                peaks[host["name"]] = max(peaks[host["name"]], used)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        rc, results = playbook("rebalance", inventory)
+    finally:
+        stop.set()
+        watcher.join()
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    where, stored = running(lab), records(lab)
+    for name, host in moved.items():
+        assert where[name] == [host] and stored[name] == {"host": host, "state": "running"}
+    assert all(peaks[h] <= capacity[h] for h in hosts), peaks
+    rc, results = playbook("rebalance", inventory)
+    assert rc == 0 and any("0 moves in 0 waves" in str(r.get("msg", "")) for r in results)
 
 
 def test_remove_vm_keeps_the_disk_unless_confirmed(lab, cluster):

@@ -243,3 +243,15 @@ def test_rebalancing_spends_at_most_its_budget_and_evens_out_the_hosts():
     assert len(balanced.moved) == 3
     assert sum(1 for h in balanced.home.values() if h == "hv1") == 5
     assert check(problem, as_vdm(balanced)) == []
+
+
+def test_pinning_a_planned_vm_elsewhere_moves_it_on_replanning():
+    hostvars = hosts(*[(8, 8192)] * 3)
+    vms = {f"vm{i}": {"vcpus": 1, "memory_mb": 1024, "ha": True} for i in range(4)}
+    _, before = settle(hostvars, vms)
+    target = next(h for h in hostvars if h != before.home["vm0"])
+    vms["vm0"]["home"] = target
+    problem = load_problem(hostvars, {"yasco_vms": vms})
+    after = plan(problem, previous_home=before.home, previous_failover=before.failover)
+    assert after.home["vm0"] == target and after.moved == ["vm0"]
+    assert check(problem, as_vdm(after)) == []
