@@ -29,6 +29,13 @@ def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"vm_record_key: {err}") from err
 
 
+def vdm_version_key(cluster=etcd_keys.DEFAULT_CLUSTER):
+    try:
+        return etcd_keys.vdm_version_key(cluster=cluster)
+    except ValueError as err:
+        raise AnsibleFilterError(f"vdm_version_key: {err}") from err
+
+
 def rebalance_waves(status_vms, vdm, concurrency=2):
     """Waves of live migrations from where VMs run (cluster_status's vms) to their
     homes in `vdm`."""
@@ -46,4 +53,4 @@ def rebalance_waves(status_vms, vdm, concurrency=2):
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
-                "rebalance_waves": rebalance_waves}
+                "rebalance_waves": rebalance_waves, "vdm_version_key": vdm_version_key}

@@ -88,6 +88,9 @@ def test_provision_agrees_everywhere_and_a_rerun_changes_nothing(lab, cluster):
         assert stored[name] == {"host": vdm["home"][name], "state": "running"}
         assert name in images
     assert f"{names['cidata']}-cidata" in images
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        applied = etcd.get(etcd_keys.vdm_version_key(cluster=layout.CLUSTER_NAME))
+    assert applied is not None and int(applied.value) == vdm["version"]
     with storage.pool() as ioctx, rbd.Image(ioctx, f"{names['cidata']}-cidata") as image:
         drive = read_iso(image.read(0, image.size()))
     assert drive["user-data"] == b"#cloud-config\nruncmd:\n- echo provisioned\n"
@@ -95,6 +98,31 @@ def test_provision_agrees_everywhere_and_a_rerun_changes_nothing(lab, cluster):
     rc, again = playbook("provision", inventory)
     assert rc == 0
     assert [r for r in again if r.get("changed")] == []
+
+
+def test_check_mode_reports_a_new_vm_and_creates_nothing(lab, cluster):
+    inventory, names = cluster
+    vms_file = inventory / "group_vars" / "all" / "vms.yml"
+    vdm_file = inventory / "group_vars" / "all" / "yasco_vdm.yml"
+    original, original_vdm = vms_file.read_text(), vdm_file.read_text()
+    vms = yaml.safe_load(original)
+    new = f"new-{uuid.uuid4().hex[:6]}"
+    vms["yasco_vms"][new] = {"ha": True}
+    vms_file.write_text(yaml.safe_dump(vms))
+    try:
+        rc, dummy = playbook("plan", inventory)
+        assert rc == 0
+        rc, results = playbook("provision", inventory, "--check", "--diff")
+    finally:
+        vms_file.write_text(original)
+        vdm_file.write_text(original_vdm)
+    assert rc == 0
+    items = [item for r in results for item in r.get("results", [r])]
+    started = [i["item"]["name"] for i in items if i.get("actions") == ["define", "start"]]
+    assert started == [new]
+    assert new not in running(lab) and new not in records(lab)
+    with storage.pool() as ioctx:
+        assert new not in rbd.RBD().list(ioctx)
 
 
 def test_status_flags_a_vm_started_by_hand_on_a_wrong_host(lab, cluster):
