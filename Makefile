@@ -1,6 +1,6 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
-.PHONY: setup test demo lab-down bench-vdm sanity
+.PHONY: setup test demo lab-down bench-vdm bench-provision sanity
 
 setup:
 	@scripts/bootstrap
@@ -17,6 +17,10 @@ lab-down: setup
 # The VDM planner against vSphere-style slots and Ganeti-style N+1 (docs/vdm.md).
 bench-vdm: setup
 	.venv/bin/python benchmarks/vdm.py
+
+# provision.yml against a naive loop on the lab (docs/provisioning.md).
+bench-provision: setup
+	.venv/bin/python benchmarks/provision.py
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup

@@ -248,7 +248,7 @@ def test_rebalancing_spends_at_most_its_budget_and_evens_out_the_hosts():
 def test_pinning_a_planned_vm_elsewhere_moves_it_on_replanning():
     hostvars = hosts(*[(8, 8192)] * 3)
     vms = {f"vm{i}": {"vcpus": 1, "memory_mb": 1024, "ha": True} for i in range(4)}
-    _, before = settle(hostvars, vms)
+    dummy, before = settle(hostvars, vms)
     target = next(h for h in hostvars if h != before.home["vm0"])
     vms["vm0"]["home"] = target
     problem = load_problem(hostvars, {"yasco_vms": vms})
