@@ -22,7 +22,8 @@ import math
 import re
 import time
 import traceback
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ansible.module_utils.basic import env_fallback
 
@@ -167,6 +168,22 @@ class Cluster:
 
     # -- images ------------------------------------------------------------------
 
+    @contextmanager
+    def opened(self, pool: str, name: str, what: str = "image") -> Iterator[tuple[Any, Any]]:
+        """The pool's I/O context and the image (None if it does not exist), both closed
+        afterwards; an RBD failure becomes a CephError naming `what` and the image."""
+        ioctx = self.open_pool(pool)
+        image = None
+        try:
+            image = self.image(ioctx, name)
+            yield ioctx, image
+        except rbd.Error as err:
+            raise CephError(f"{what} {pool}/{name}: {err}") from err
+        finally:
+            if image is not None:
+                image.close()  # a no-op on a handle closed already
+            ioctx.close()
+
     def image(self, ioctx, name: str, read_only: bool = False):
         try:
             return rbd.Image(ioctx, name, read_only=read_only)
@@ -187,6 +204,12 @@ def _json_values(text: str) -> list[Any]:
         value, index = decoder.raw_decode(text, index)
         values.append(value)
     return values
+
+
+def connect(params: dict[str, Any]) -> Cluster:
+    """A connection from the options of CEPH_ARGUMENT_SPEC."""
+    return Cluster(params["conf"], params["client"], params.get("keyring"),
+                   params["ceph_timeout"])
 
 
 def split_image(spec: str, what: str = "image") -> tuple[str, str, str | None]:

@@ -36,7 +36,7 @@ class FenceRun:
         images = [ceph.split_image(spec, "images") for spec in p["images"]]
         if p["state"] != "present" and images:
             raise CephError("images: locks are only broken when fencing (state=present)")
-        with ceph.Cluster(p["conf"], p["client"], p.get("keyring"), p["ceph_timeout"]) as cluster:
+        with ceph.connect(p) as cluster:
             before = cluster.blocklist()
             result: dict[str, Any] = {"blocklisted": [], "unblocklisted": [], "locks_broken": []}
             if p["state"] == "present":
@@ -58,36 +58,19 @@ class FenceRun:
             after = before if self.check_mode else cluster.blocklist()
         return {"changed": bool(self.actions), "actions": self.actions, "entries": after,
                 "diff": {"before": "".join(f"{e}\n" for e in sorted(before)),
-                         "after": "".join(f"{e}\n" for e in sorted(self.predicted(before)))},
+                         "after": "".join(f"{e}\n" for e in sorted(
+                             (set(before) | set(result["blocklisted"]))
+                             - set(result["unblocklisted"])))},
                 **result}
 
-    def predicted(self, before: dict[str, str]) -> set[str]:
-        entries = set(before)
-        for action in self.actions:
-            verb, dummy, entry = action.partition(" ")
-            if verb == "blocklist":
-                entries.add(entry)
-            elif verb == "unblocklist":
-                entries.discard(entry)
-        return entries
-
     def break_locks(self, cluster, pool: str, name: str) -> list[dict[str, str]]:
-        ioctx = cluster.open_pool(pool)
-        try:
-            image = cluster.image(ioctx, name)
+        with cluster.opened(pool, name) as (dummy, image):
             if image is None:
                 raise CephError(f"images: {pool}/{name} does not exist")
-            try:
-                locks = ceph.image_locks(image)
-                if locks:
-                    self._do(f"break locks of {pool}/{name}", ceph.break_locks, image, locks)
-                return [{"image": f"{pool}/{name}", **lock} for lock in locks]
-            finally:
-                image.close()
-        except ceph.rbd.Error as err:
-            raise CephError(f"image {pool}/{name}: {err}") from err
-        finally:
-            ioctx.close()
+            locks = ceph.image_locks(image)
+            if locks:
+                self._do(f"break locks of {pool}/{name}", ceph.break_locks, image, locks)
+            return [{"image": f"{pool}/{name}", **lock} for lock in locks]
 
 
 class FenceInfo:
@@ -100,7 +83,7 @@ class FenceInfo:
     def run(self) -> dict[str, Any]:
         p = self.params
         wanted = set(ceph.fence_addresses(p["addresses"]))
-        with ceph.Cluster(p["conf"], p["client"], p.get("keyring"), p["ceph_timeout"]) as cluster:
+        with ceph.connect(p) as cluster:
             entries = cluster.blocklist()
         if wanted:
             entries = {a: until for a, until in entries.items() if a in wanted}

@@ -64,31 +64,26 @@ class ImageRun:
     def run(self) -> dict[str, Any]:
         p = self.params
         size = ceph.parse_size(p["size"], "size") if p.get("size") is not None else None
-        with ceph.Cluster(p["conf"], p["client"], p.get("keyring"), p["ceph_timeout"]) as cluster:
+        with ceph.connect(p) as cluster, cluster.opened(self.pool, self.name) as (ioctx, image):
             self.ourselves = cluster.rados.get_instance_id()
-            ioctx = cluster.open_pool(self.pool)
+            before = describe(image, self.pool, self.name, self.ourselves) if image else None
+            if p["state"] == "absent":
+                self.remove(cluster, ioctx, image, before)
+                return self.result(before, None)
+            if image is not None:
+                self.reconcile(image, before, size)
+                return self.result(before, describe(image, self.pool, self.name,
+                                                    self.ourselves))
+            self.create(cluster, ioctx, size)
+            if self.check_mode:
+                return self.result(before, self.predicted(size))
+            created = cluster.image(ioctx, self.name)
             try:
-                image = cluster.image(ioctx, self.name)
-                before = describe(image, self.pool, self.name, self.ourselves) if image else None
-                try:
-                    if p["state"] == "absent":
-                        self.remove(cluster, ioctx, image, before)
-                        return self.result(before, None)
-                    if image is None:
-                        self.create(cluster, ioctx, size)
-                        image = None if self.check_mode else cluster.image(ioctx, self.name)
-                    if image is not None:
-                        self.reconcile(image, before, size)
-                    after = (self.predicted(size) if image is None
-                             else describe(image, self.pool, self.name, self.ourselves))
-                    return self.result(before, after)
-                finally:
-                    if image is not None:
-                        image.close()
-            except ceph.rbd.Error as err:
-                raise CephError(f"{self.where}: {err}") from err
+                self.reconcile(created, None, size)
+                return self.result(before, describe(created, self.pool, self.name,
+                                                    self.ourselves))
             finally:
-                ioctx.close()
+                created.close()
 
     def result(self, before, after) -> dict[str, Any]:
         return {"changed": bool(self.actions), "actions": self.actions,
@@ -242,20 +237,10 @@ class ImageInfo:
 
     def run(self) -> dict[str, Any]:
         p = self.params
-        with ceph.Cluster(p["conf"], p["client"], p.get("keyring"), p["ceph_timeout"]) as cluster:
-            ioctx = cluster.open_pool(p["pool"])
-            try:
-                # Not read-only: librbd lists lock owners only to a writable handle.
-                image = cluster.image(ioctx, p["name"])
-                if image is None:
-                    return {"changed": False, "exists": False, "image": {}}
-                try:
-                    return {"changed": False, "exists": True,
-                            "image": describe(image, p["pool"], p["name"],
-                                              cluster.rados.get_instance_id())}
-                finally:
-                    image.close()
-            except ceph.rbd.Error as err:
-                raise CephError(f"image {p['pool']}/{p['name']}: {err}") from err
-            finally:
-                ioctx.close()
+        # Not read-only: librbd lists lock owners only to a writable handle.
+        with ceph.connect(p) as cluster, cluster.opened(p["pool"], p["name"]) as (dummy, image):
+            if image is None:
+                return {"changed": False, "exists": False, "image": {}}
+            return {"changed": False, "exists": True,
+                    "image": describe(image, p["pool"], p["name"],
+                                      cluster.rados.get_instance_id())}

@@ -33,7 +33,6 @@ else:
     PYCDLIB_IMPORT_ERROR = None
 
 from ansible_collections.yasco.cluster.plugins.module_utils import ceph
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph import CephError
 
 DIGEST_KEY = "yasco.cidata.sha256"
 _MIB = 1024 * 1024
@@ -98,38 +97,28 @@ class DriveRun:
 
     def run(self) -> dict[str, Any]:
         p = self.params
-        where = f"config drive {p['pool']}/{p['name']}"
-        with ceph.Cluster(p["conf"], p["client"], p.get("keyring"), p["ceph_timeout"]) as cluster:
-            ioctx = cluster.open_pool(p["pool"])
-            try:
-                image = cluster.image(ioctx, p["name"])
-                current = None
+        with ceph.connect(p) as cluster, \
+                cluster.opened(p["pool"], p["name"], "config drive") as (ioctx, image):
+            current = None
+            if image is not None:
+                try:
+                    current = image.metadata_get(DIGEST_KEY)
+                except (KeyError, ceph.rbd.ObjectNotFound):  # not ours, or half written
+                    current = "unknown"
+            if p["state"] == "absent":
                 if image is not None:
-                    try:
-                        current = image.metadata_get(DIGEST_KEY)
-                    except (KeyError, ceph.rbd.ObjectNotFound):  # not ours, or half written
-                        current = "unknown"
-                if p["state"] == "absent":
-                    if image is not None:
-                        image.close()
-                        if not self.check_mode:
-                            ceph.rbd.RBD().remove(ioctx, p["name"])
-                    return {"changed": image is not None, "sha256": None}
-                files = drive_files(p["user_data"], p["meta_data"], p["network_config"])
-                wanted = digest(files)
-                if current == wanted:
                     image.close()
-                    return {"changed": False, "sha256": wanted}
-                if not self.check_mode:
-                    self._write(ioctx, image, p["name"], build_iso(files), wanted)
-                elif image is not None:
-                    image.close()
-                return {"changed": True, "sha256": wanted,
-                        "diff": {"before": current or "", "after": wanted}}
-            except ceph.rbd.Error as err:
-                raise CephError(f"{where}: {err}") from err
-            finally:
-                ioctx.close()
+                    if not self.check_mode:
+                        ceph.rbd.RBD().remove(ioctx, p["name"])
+                return {"changed": image is not None, "sha256": None}
+            files = drive_files(p["user_data"], p["meta_data"], p["network_config"])
+            wanted = digest(files)
+            if current == wanted:
+                return {"changed": False, "sha256": wanted}
+            if not self.check_mode:
+                self._write(ioctx, image, p["name"], build_iso(files), wanted)
+            return {"changed": True, "sha256": wanted,
+                    "diff": {"before": current or "", "after": wanted}}
 
     @staticmethod
     def _write(ioctx, image, name: str, iso: bytes, wanted: str) -> None:

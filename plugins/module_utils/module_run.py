@@ -12,10 +12,13 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 
 def run_module(module: AnsibleModule, run_class: Any, error_class: type[Exception],
-               import_error: str | None, requirement: str) -> None:
-    """Run `run_class(params, check_mode).run()` and exit with its result."""
-    if import_error:
-        module.fail_json(msg=missing_required_lib(requirement), exception=import_error)
+               requirements: dict[str, str | None]) -> None:
+    """Run `run_class(params, check_mode).run()` and exit with its result, once every
+    library of `requirements` (its name -> the traceback of its failed import, or
+    None) is there."""
+    for requirement, import_error in requirements.items():
+        if import_error:
+            module.fail_json(msg=missing_required_lib(requirement), exception=import_error)
     try:
         result = run_class(module.params, module.check_mode).run()
     except error_class as err:

@@ -14,16 +14,12 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     Problem, failure_set_key, problem_digest)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import Plan
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import Plan, amount
 
 # Everything but the version: a map whose content changes gets a new version.
 CONTENT_KEYS = ("digest", "failures_to_tolerate", "failure_domains_to_tolerate", "hosts",
                 "vms", "home", "failover", "preempt", "reserve")
 SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
-
-
-def _number(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else round(value, 3)
 
 
 def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
@@ -36,7 +32,7 @@ def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict
     all_hosts = frozenset(problem.hosts)
     hosts = {}
     for name, host in sorted(problem.hosts.items()):
-        entry = {r: _number(getattr(host, r)) for r in SIZE_KEYS if getattr(host, r) is not None}
+        entry = {r: amount(getattr(host, r)) for r in SIZE_KEYS if getattr(host, r) is not None}
         if host.failure_domain is not None:
             entry["failure_domain"] = host.failure_domain
         hosts[name] = entry
@@ -44,7 +40,7 @@ def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict
     for name, vm in sorted(problem.vms.items()):
         entry = {"kind": "ha" if vm.ha else "preemptible" if vm.preemptible else "plain",
                  "priority": vm.priority,
-                 **{r: _number(vm.demand(r)) for r in SIZE_KEYS if vm.demand(r)}}
+                 **{r: amount(vm.demand(r)) for r in SIZE_KEYS if vm.demand(r)}}
         if vm.anti_affinity:
             entry["anti_affinity"] = sorted(vm.anti_affinity)
         if vm.allowed != all_hosts:
@@ -107,8 +103,8 @@ def _best_effort(vdm: dict[str, Any], failed: set[str], key: str) -> dict[str, A
         if entry.get("kind") == "preemptible":
             preemptible[host].append(name)
             continue
-        for r, amount in _size(entry).items():
-            free[host][r] -= amount
+        for r, used in _size(entry).items():
+            free[host][r] -= used
         labels[host] |= set(entry.get("anti_affinity", []))
     displaced = sorted((n for n, h in home.items()
                         if h in failed and vms.get(n, {}).get("kind") == "ha"),
@@ -162,13 +158,13 @@ def _stopped(vms: dict[str, Any], preemptible: dict[str, list[str]],
                                              -float(vms[n].get("memory_mb", 0)), n))
         over = dict(free[host])
         for name in order:
-            for r, amount in _size(vms[name]).items():
-                over[r] -= amount
+            for r, used in _size(vms[name]).items():
+                over[r] -= used
         for name in order:
             clash = set(vms[name].get("anti_affinity", [])) & incoming_labels[host]
             if not clash and all(v >= -1e-9 for v in over.values()):
                 continue
             stopped.append(name)
-            for r, amount in _size(vms[name]).items():
-                over[r] += amount
+            for r, used in _size(vms[name]).items():
+                over[r] += used
     return sorted(stopped)

@@ -58,7 +58,8 @@ class Plan:
     moved: list[str] = field(default_factory=list)  # VMs whose previous home changed
 
 
-def _amount(value: float) -> float | int:
+def amount(value: float) -> float | int:
+    """A resource amount as written in the VDM and in messages: whole when it is."""
     return int(round(value)) if abs(value - round(value)) < _EPSILON else round(value, 3)
 
 
@@ -192,7 +193,7 @@ class _State:
             return (f"when {first} fails it has no allowed host left to go to "
                     "(check its hosts/placement)")
         best = int(np.argmax(np.where(usable[:, None], room, -np.inf).min(axis=1)))
-        short = [f"{_amount(-room[best, i])} {_UNITS[r]}"
+        short = [f"{amount(-room[best, i])} {_UNITS[r]}"
                  for i, r in enumerate(self.resources) if room[best, i] < -_EPSILON]
         if not short:
             return (f"when {first} fails every host it may go to already holds a VM "
@@ -250,9 +251,9 @@ class _State:
         room = self.cap[j] - self.all[j] - d
         if not vm.preemptible:
             room = np.minimum(room, self.cap[j] - self.firm[j] - self.peak[j] - d)
-        short = [f"{_amount(-room[i])} {_UNITS[r]}" for i, r in enumerate(self.resources)
+        short = [f"{amount(-room[i])} {_UNITS[r]}" for i, r in enumerate(self.resources)
                  if room[i] < -_EPSILON]
-        spare = [f"{_amount(self.peak[j, i])} {_UNITS[r]}"
+        spare = [f"{amount(self.peak[j, i])} {_UNITS[r]}"
                  for i, r in enumerate(self.resources) if self.peak[j, i] > _EPSILON]
         kept = f", counting the {' and '.join(spare)} it keeps spare" if spare else ""
         return f"{self.names[j]} is {' and '.join(short)} short{kept}"
@@ -338,7 +339,7 @@ def _check_totals(problem: Problem) -> None:
     ha = {r: sum(vm.demand(r) for vm in firm if vm.ha) for r in resources}
     plain = {r: sum(vm.demand(r) for vm in firm if not vm.ha) for r in resources}
     total = {r: sum(caps[r].values()) for r in resources}
-    short = [f"{_amount(ha[r] + plain[r] - total[r])} {_UNITS[r]}" for r in resources
+    short = [f"{amount(ha[r] + plain[r] - total[r])} {_UNITS[r]}" for r in resources
              if ha[r] + plain[r] > total[r] + _EPSILON]
     if short:
         raise VdmInfeasible(f"the VMs need more than all hypervisors have: "
@@ -352,8 +353,8 @@ def _check_totals(problem: Problem) -> None:
             # Plain VMs may sit on the failed hosts; HA VMs must all run on survivors.
             need = ha[r] + max(0.0, plain[r] - lost)
             if need - (total[r] - lost) > _EPSILON:
-                short.append(f"{_amount(need - total[r] + lost)} {_UNITS[r]}")
-                needs.append(f"{_amount(need)} of {_amount(total[r] - lost)} {_UNITS[r]}")
+                short.append(f"{amount(need - total[r] + lost)} {_UNITS[r]}")
+                needs.append(f"{amount(need)} of {amount(total[r] - lost)} {_UNITS[r]}")
                 score = max(score, (need - total[r] + lost) / total[r])
         if short and (worst is None or score > worst[0] + _EPSILON):
             worst = (score, failure_set_key(failed), short, needs)
@@ -384,7 +385,7 @@ def _place_all(state: _State, vms: list[Vm], homes: dict[str, str]) -> None:
             if any(_evict_for(state, vm, d, j) for j in homes_to_try[:_EVICTION_HOMES]):
                 continue
             kind = "HA" if vm.ha else "preemptible" if vm.preemptible else "plain"
-            sizes = ", ".join(f"{_amount(vm.demand(r))} {_UNITS[r]}" for r in RESOURCES
+            sizes = ", ".join(f"{amount(vm.demand(r))} {_UNITS[r]}" for r in RESOURCES
                               if vm.demand(r))
             detail = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
             raise VdmInfeasible(f"VM {vm.name} ({kind}, {sizes}) fits nowhere: {detail}; "
@@ -564,7 +565,7 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
         for sets, t in state.chains[name]:
             for s in sets:
                 failover[state.keys[s]][name] = state.names[t]
-    reserve = {state.names[t]: {r: _amount(state.peak[t, i])
+    reserve = {state.names[t]: {r: amount(state.peak[t, i])
                                 for i, r in enumerate(state.resources)}
                for t in range(len(state.names)) if state.peak[t].any()}
     return Plan(home=home, failover=failover, preempt=_preemptions(state, problem),

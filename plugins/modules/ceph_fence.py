@@ -129,7 +129,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    run_module(module, FenceRun, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+    run_module(module, FenceRun, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
 
 
 if __name__ == "__main__":

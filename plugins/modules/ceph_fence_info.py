@@ -75,7 +75,7 @@ def main():
                        "addresses": {"type": "list", "elements": "str", "default": []}},
         supports_check_mode=True,
     )
-    run_module(module, FenceInfo, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+    run_module(module, FenceInfo, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
 
 
 if __name__ == "__main__":

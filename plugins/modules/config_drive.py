@@ -103,9 +103,8 @@ def main():
         required_if=[("state", "present", ("user_data",))],
         supports_check_mode=True,
     )
-    if PYCDLIB_IMPORT_ERROR and not CEPH_IMPORT_ERROR:
-        run_module(module, DriveRun, CephError, PYCDLIB_IMPORT_ERROR, "pycdlib")
-    run_module(module, DriveRun, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+    run_module(module, DriveRun, CephError,
+               {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR, "pycdlib": PYCDLIB_IMPORT_ERROR})
 
 
 if __name__ == "__main__":

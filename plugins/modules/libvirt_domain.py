@@ -313,7 +313,7 @@ def main():
         mutually_exclusive=[["spec", "xml"]],
         supports_check_mode=True,
     )
-    run_module(module, DomainRun, LibvirtAdapterError, LIBVIRT_IMPORT_ERROR, "libvirt-python")
+    run_module(module, DomainRun, LibvirtAdapterError, {"libvirt-python": LIBVIRT_IMPORT_ERROR})
 
 
 if __name__ == "__main__":

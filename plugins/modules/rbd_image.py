@@ -163,7 +163,7 @@ def main():
         },
         supports_check_mode=True,
     )
-    run_module(module, ImageRun, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+    run_module(module, ImageRun, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def main():
                        "name": {"type": "str", "required": True}},
         supports_check_mode=True,
     )
-    run_module(module, ImageInfo, CephError, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT)
+    run_module(module, ImageInfo, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
 
 
 if __name__ == "__main__":
