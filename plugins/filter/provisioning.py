@@ -36,7 +36,28 @@ def vdm_version_key(cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"vdm_version_key: {err}") from err
 
 
-def rebalance_waves(status_vms, vdm, concurrency=2):
+def vm_records_prefix(cluster=etcd_keys.DEFAULT_CLUSTER):
+    try:
+        return etcd_keys.vms_prefix(cluster=cluster)
+    except ValueError as err:
+        raise AnsibleFilterError(f"vm_records_prefix: {err}") from err
+
+
+def _move_steps(move, cluster):
+    """What the rebalance role writes for one move: its etcd claim and record (each an
+    element of etcd_key's batch) and its history event."""
+    key = etcd_keys.vm_key(move["vm"], cluster=cluster)
+    migrating = {"host": move["from"], "state": "migrating", "to": move["to"]}
+    return {"label": f"{move['vm']}: {move['from']} -> {move['to']}",
+            "claim": {"key": key, "value": migrating,
+                      "if_value": {"host": move["from"], "state": "running"}},
+            "record": {"key": key, "value": {"host": move["to"], "state": "running"},
+                       "if_value": migrating},
+            "event": {"vm": move["vm"], "host": move["to"],
+                      "details": {"from": move["from"]}}}
+
+
+def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CLUSTER):
     """Waves of live migrations from where VMs run (cluster_status's vms) to their
     homes in `vdm`."""
     current = {vm["name"]: vm["running_on"][0] for vm in status_vms or []
@@ -44,13 +65,13 @@ def rebalance_waves(status_vms, vdm, concurrency=2):
     try:
         moves = plan_moves(current, vdm or {})
         grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)))
-        return [[{**m, "label": f"{m['vm']}: {m['from']} -> {m['to']}"} for m in wave]
-                for wave in grouped]
-    except RebalanceError as err:
+        return [[{**m, **_move_steps(m, cluster)} for m in wave] for wave in grouped]
+    except (RebalanceError, ValueError) as err:
         raise AnsibleFilterError(f"cannot rebalance: {err}") from err
 
 
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
-                "rebalance_waves": rebalance_waves, "vdm_version_key": vdm_version_key}
+                "rebalance_waves": rebalance_waves, "vdm_version_key": vdm_version_key,
+                "vm_records_prefix": vm_records_prefix}

@@ -16,6 +16,7 @@ images' locks broken and may another host open them.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import math
@@ -210,6 +211,13 @@ def connect(params: dict[str, Any]) -> Cluster:
     """A connection from the options of CEPH_ARGUMENT_SPEC."""
     return Cluster(params["conf"], params["client"], params.get("keyring"),
                    params["ceph_timeout"])
+
+
+def connected(params: dict[str, Any], session: Cluster | None
+              ) -> contextlib.AbstractContextManager:
+    """`session` when a batch shares one (left open for the next item), else a new
+    connection from `params`, closed when done."""
+    return contextlib.nullcontext(session) if session is not None else connect(params)
 
 
 def split_image(spec: str, what: str = "image") -> tuple[str, str, str | None]:

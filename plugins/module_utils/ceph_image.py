@@ -49,9 +49,13 @@ def _text(state: dict[str, Any] | None) -> str:
 class ImageRun:
     """One run of the rbd_image module."""
 
-    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+    session = staticmethod(ceph.connect)  # what a batch of images shares
+
+    def __init__(self, params: dict[str, Any], check_mode: bool,
+                 session: ceph.Cluster | None = None) -> None:
         self.params = params
         self.check_mode = check_mode
+        self.session = session
         self.actions: list[str] = []
         self.pool, self.name = params["pool"], params["name"]
         self.where = f"image {self.pool}/{self.name}"
@@ -64,7 +68,8 @@ class ImageRun:
     def run(self) -> dict[str, Any]:
         p = self.params
         size = ceph.parse_size(p["size"], "size") if p.get("size") is not None else None
-        with ceph.connect(p) as cluster, cluster.opened(self.pool, self.name) as (ioctx, image):
+        with ceph.connected(p, self.session) as cluster, \
+                cluster.opened(self.pool, self.name) as (ioctx, image):
             self.ourselves = cluster.rados.get_instance_id()
             before = describe(image, self.pool, self.name, self.ourselves) if image else None
             if p["state"] == "absent":

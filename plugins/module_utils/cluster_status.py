@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, from_json
 
@@ -100,6 +100,12 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                         v["recorded_state"] or "-", ",".join(v["running_on"]) or "-"]
                        for v in vms],
                       ["vm", "kind", "home", "etcd host", "etcd state", "running on"])
+    events = cluster_events.recent(etcd, params["events"], cluster=cluster)
+    tables = [host_table, vm_table]
+    if events:
+        tables.append(_table([[e["at"], e["kind"], e.get("host", "-"), e.get("vm", "-"),
+                               e.get("by", "-")] for e in events],
+                             ["event at", "kind", "host", "vm", "by"]))
     return {"changed": False, "hypervisors": hosts, "vms": vms, "problems": problems,
-            "table": host_table + "\n\n" + vm_table + "\n",
+            "events": events, "table": "\n\n".join(tables) + "\n",
             "summary": json.dumps({"problems": len(problems), "vms": len(vms)})}

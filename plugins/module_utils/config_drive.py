@@ -91,13 +91,17 @@ def read_iso(data: bytes) -> dict[str, bytes]:
 class DriveRun:
     """One run of the config_drive module."""
 
-    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+    session = staticmethod(ceph.connect)  # what a batch of drives shares
+
+    def __init__(self, params: dict[str, Any], check_mode: bool,
+                 session: ceph.Cluster | None = None) -> None:
         self.params = params
         self.check_mode = check_mode
+        self.session = session
 
     def run(self) -> dict[str, Any]:
         p = self.params
-        with ceph.connect(p) as cluster, \
+        with ceph.connected(p, self.session) as cluster, \
                 cluster.opened(p["pool"], p["name"], "config drive") as (ioctx, image):
             current = None
             if image is not None:

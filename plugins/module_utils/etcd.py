@@ -4,12 +4,12 @@
 """The etcd adapter: connections, authentication, fail-over and errors, in one place.
 
 Modules, the lookup and the inventory plugin talk to etcd only through `EtcdClient`,
-made by `connect()` from the options of `ETCD_ARGUMENT_SPEC` (documented by the
-`yasco.cluster.etcd` doc fragment). Every failure, from a refused connection to a
+made by `connect()` from the connection options (module_utils/etcd_module.py has
+them as an argument spec, and the module glue). Every failure, from a refused connection to a
 rejected password, surfaces as one `EtcdError` whose message names the endpoints and
 says what to do. A compare-and-swap that loses is not a failure: it is a `SwapResult`.
-Modules build their argument spec with `module_argument_spec()` and run with
-`run_module()`, which turns an `EtcdError` into the task's failure.
+It imports nothing of Ansible, so that the host agent runs it where Ansible is not
+installed.
 
 It speaks etcd's v3 JSON gateway through etcd3gw's client and requests session
 (python-etcd3 does not import with protobuf 4). etcd3gw has no authentication, so this
@@ -22,7 +22,6 @@ mod_revision, and keys and values here are UTF-8 strings.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import os
 import re
@@ -30,9 +29,7 @@ import ssl
 import traceback
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
-
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from typing import Any, Iterator, Sequence
 
 try:
     import requests
@@ -51,21 +48,10 @@ else:
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_PORT = 2379
 
-# The options every etcd module takes (doc fragment yasco.cluster.etcd). No default for
-# a fallback option: Ansible applies a default before it looks at the environment.
-ETCD_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    "endpoints": {"type": "list", "elements": "str", "required": True,
-                  "fallback": (env_fallback, ["YASCO_ETCD_ENDPOINTS"])},
-    "ca_cert": {"type": "path", "fallback": (env_fallback, ["YASCO_ETCD_CA_CERT"])},
-    "client_cert": {"type": "path", "fallback": (env_fallback, ["YASCO_ETCD_CLIENT_CERT"])},
-    "client_key": {"type": "path", "no_log": False,
-                   "fallback": (env_fallback, ["YASCO_ETCD_CLIENT_KEY"])},
-    "username": {"type": "str", "fallback": (env_fallback, ["YASCO_ETCD_USERNAME"])},
-    "password": {"type": "str", "no_log": True,
-                 "fallback": (env_fallback, ["YASCO_ETCD_PASSWORD"])},
-    "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
-}
-CONNECTION_OPTIONS = tuple(ETCD_ARGUMENT_SPEC)
+# The connection options of `connect()`, which modules take as ETCD_ARGUMENT_SPEC
+# (module_utils/etcd_module.py) and the plugins as options of the same names.
+CONNECTION_OPTIONS = ("endpoints", "ca_cert", "client_cert", "client_key", "username",
+                      "password", "timeout")
 
 # Errors etcd answers with, by the text of gRPC's status message.
 _BAD_TOKEN = ("invalid auth token", "revision of auth store is old")
@@ -381,6 +367,15 @@ class EtcdClient:
                                repeatable=True)
         return [KeyValue.from_gateway(item) for item in result.get("kvs") or []]
 
+    def last_under(self, prefix: str, limit: int) -> list[KeyValue]:
+        """The last `limit` keys starting with `prefix`, in key order, read without
+        the ones before them."""
+        payload = {**_prefix_range(prefix), "limit": int(limit), "sort_order": "DESCEND",
+                   "sort_target": "KEY"}
+        result = self._request(f"read the last {limit} of {prefix}*", "/kv/range", payload,
+                               repeatable=True)
+        return [KeyValue.from_gateway(item) for item in reversed(result.get("kvs") or [])]
+
     def get_prefixes(self, prefixes: Sequence[str]) -> dict[str, list[KeyValue]]:
         """Every key under each prefix, all read at one revision (one transaction), so
         that records under different prefixes are consistent with each other."""
@@ -659,38 +654,3 @@ def connect(params: dict[str, Any]) -> EtcdClient:
                       client_key=params.get("client_key"), username=params.get("username"),
                       password=params.get("password"),
                       timeout=DEFAULT_TIMEOUT if timeout is None else timeout)
-
-
-# -- modules ------------------------------------------------------------------
-
-# What a module does once connected: (client, params, check_mode) -> the task's result.
-Task = Callable[[EtcdClient, "dict[str, Any]", bool], "dict[str, Any]"]
-
-
-def module_argument_spec(**options: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A module's argument spec: the connection options (a copy) and its own."""
-    return {**copy.deepcopy(ETCD_ARGUMENT_SPEC), **options}
-
-
-def run_module(module: AnsibleModule, task: Task, *, params: dict[str, Any] | None = None,
-               refusal: Callable[[dict[str, Any]], str | None] | None = None,
-               **context: Any) -> None:
-    """Run a module: fail when etcd3gw is missing or `refusal(params)` names a problem
-    with the options, else connect, run `task` and exit with its result (without its
-    `diff` unless --diff). An EtcdError fails the task with its message and details.
-    `params` default to the module's; `context` goes into a failure's result."""
-    if not HAS_ETCD3GW:
-        module.fail_json(msg=missing_required_lib("etcd3gw"), exception=ETCD3GW_IMPORT_ERROR,
-                         **context)
-    params = module.params if params is None else params
-    problem = refusal(params) if refusal else None
-    if problem:
-        module.fail_json(msg=problem, **context)
-    try:
-        with connect(params) as etcd:
-            result = task(etcd, params, module.check_mode)
-    except EtcdError as err:
-        module.fail_json(msg=str(err), **context, **err.details)
-    if not module._diff:
-        result.pop("diff", None)
-    module.exit_json(**result)

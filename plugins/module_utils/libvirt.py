@@ -13,6 +13,7 @@ settings YASCO manages, never by their XML text.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -21,7 +22,10 @@ import xml.etree.ElementTree as ET
 from typing import Any
 from urllib.parse import urlsplit
 
-from ansible.module_utils.basic import env_fallback
+try:
+    from ansible.module_utils.basic import env_fallback
+except ImportError:  # the host agent runs this adapter where Ansible is not installed
+    env_fallback = None
 
 try:
     import libvirt
@@ -81,6 +85,41 @@ def connect(uri: str, connect_timeout: float = 10.0):
     return conn
 
 
+class Connections:
+    """Open connections by URI, each opened when first asked for and all closed
+    together: what a batch of domains on the same hosts shares."""
+
+    def __init__(self, connect_timeout: float) -> None:
+        self.connect_timeout = connect_timeout
+        self.opened: dict[str, Any] = {}
+
+    def get(self, uri: str):
+        if uri not in self.opened:
+            self.opened[uri] = connect(uri, self.connect_timeout)
+        return self.opened[uri]
+
+    def close(self) -> None:
+        for conn in self.opened.values():
+            with contextlib.suppress(libvirt.libvirtError):
+                conn.close()
+        self.opened.clear()
+
+    def __enter__(self) -> Connections:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def connections(params: dict[str, Any], session: Connections | None = None
+                ) -> contextlib.AbstractContextManager:
+    """`session` when a batch shares one (left open), else new Connections for the
+    options of LIBVIRT_ARGUMENT_SPEC, closed when done."""
+    if session is not None:
+        return contextlib.nullcontext(session)
+    return Connections(params["connect_timeout"])
+
+
 def find_domain(conn, name: str):
     """The domain called `name` on `conn`, or None."""
     try:
@@ -131,12 +170,24 @@ def _disk(devices: ET.Element, disk: dict[str, Any], index: int, machine: str) -
         _sub(element, "readonly")
 
 
+# The namespace of YASCO's element in a domain's <metadata>: <yasco:vm kind="ha"/>.
+# The host agent reads the kind there, from libvirt alone, when it must self-fence
+# with etcd out of reach.
+METADATA_NS = "https://yasco.dev/xmlns/libvirt/vm/1"
+METADATA_PREFIX = "yasco"
+ET.register_namespace(METADATA_PREFIX, METADATA_NS)
+VM_KINDS = ("ha", "plain", "preemptible")
+
+
 def render_domain_xml(name: str, spec: dict[str, Any]) -> str:
     """Domain XML for a VM spec (see the libvirt_domain module's `spec` option)."""
     domain = ET.Element("domain", type=spec.get("domain_type", "kvm"))
     _sub(domain, "name", name)
     _sub(domain, "memory", int(spec["memory_mb"]), unit="MiB")
     _sub(domain, "vcpu", int(spec["vcpus"]))
+    if spec.get("kind"):
+        metadata = _sub(domain, "metadata")
+        _sub(metadata, f"{{{METADATA_NS}}}vm", kind=spec["kind"])
     os_element = _sub(domain, "os")
     _sub(os_element, "type", "hvm", arch="x86_64", machine=spec.get("machine", "pc"))
     for key in ("kernel", "initrd", "cmdline"):
@@ -244,7 +295,37 @@ def domain_summary(xml: str, what: str = "domain XML") -> dict[str, Any]:
         "disks": disks,
         "nics": nics,
         "serials": serials,
+        "kind": _kind(root),
     }
+
+
+def _kind(root: ET.Element) -> str | None:
+    element = root.find(f"metadata/{{{METADATA_NS}}}vm")
+    return element.get("kind") if element is not None else None
+
+
+def set_live_kind(dom, kind: str | None) -> None:
+    """Change a running domain's kind at once: a redefinition applies at its next
+    start, but the self-fence must go by the new kind now."""
+    xml = None if kind is None else f'<vm kind="{kind}"/>'
+    try:
+        dom.setMetadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, xml, METADATA_PREFIX,
+                        METADATA_NS, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+    except libvirt.libvirtError as err:
+        raise LibvirtAdapterError(f"domain {dom.name()}: cannot set its kind: "
+                                  f"{err.get_error_message()}") from err
+
+
+def domain_kind(dom) -> str | None:
+    """The VM kind (ha, plain, preemptible) a domain was defined with, or None."""
+    try:
+        xml = dom.metadata(libvirt.VIR_DOMAIN_METADATA_ELEMENT, METADATA_NS)
+    except libvirt.libvirtError:  # no such metadata
+        return None
+    try:
+        return ET.fromstring(xml).get("kind")
+    except ET.ParseError:
+        return None
 
 
 def differences(desired: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:

@@ -24,8 +24,15 @@ def _text(summary: dict[str, Any] | None) -> str:
 class DomainRun:
     """One run of the libvirt_domain module."""
 
-    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+    @staticmethod
+    def session(params: dict[str, Any]) -> lv.Connections:
+        """What a batch of domains shares: one connection per host."""
+        return lv.Connections(params["connect_timeout"])
+
+    def __init__(self, params: dict[str, Any], check_mode: bool,
+                 session: lv.Connections | None = None) -> None:
         self.params = params
+        self.session = session
         self.name = params["name"]
         self.check_mode = check_mode
         self.changed = False
@@ -47,12 +54,15 @@ class DomainRun:
         return None
 
     def run(self) -> dict[str, Any]:
-        timeout = self.params["connect_timeout"]
-        conn = lv.connect(self.params["uri"], timeout)
+        with lv.connections(self.params, self.session) as connections:
+            return self._run(connections)
+
+    def _run(self, connections: lv.Connections) -> dict[str, Any]:
+        conn = connections.get(self.params["uri"])
         uri = self.params["uri"]
         dom = lv.find_domain(conn, self.name)
         if self.params.get("target_uri"):
-            target = lv.connect(self.params["target_uri"], timeout)
+            target = connections.get(self.params["target_uri"])
             dom = self.move(conn, dom, target)
             conn, uri = target, self.params["target_uri"]
         if self.params["state"] == "absent":
@@ -157,6 +167,8 @@ class DomainRun:
                 xml = lv.with_uuid(lv.keep_macs(desired_xml, current_xml), dom.UUIDString())
                 self._do("redefine", lv.define, conn, xml, self.name)
                 self.pending_restart = bool(dom.isActive())
+                if dom.isActive() and desired["kind"] != lv.domain_kind(dom):
+                    self._do("set kind", lv.set_live_kind, dom, desired["kind"])
         if dom is not None and bool(dom.autostart()) != self.params["autostart"]:
             self._do("autostart", lv.set_autostart, dom, self.params["autostart"])
         return dom

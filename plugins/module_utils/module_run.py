@@ -1,26 +1,155 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The few lines every module's main() shares: a missing binding is named, an
-adapter's error becomes the task's message, and a run's result is returned."""
+"""What every module's main() shares: a missing binding is named, an adapter's error
+becomes the task's message, a run's result is returned; and the batch form, where
+one task does the same for a list of items.
+
+A batch exists because each task a loop runs starts Python, imports the bindings and
+connects again: provisioning ten VMs on a host as ten loop items costs ten times
+that, as one batch once. Each element is validated exactly as the single form's
+options are, so the batch accepts and refuses the same things.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 
-def run_module(module: AnsibleModule, run_class: Any, error_class: type[Exception],
-               requirements: dict[str, str | None]) -> None:
-    """Run `run_class(params, check_mode).run()` and exit with its result, once every
-    library of `requirements` (its name -> the traceback of its failed import, or
-    None) is there."""
+class BatchModule:
+    """An AnsibleModule whose options describe one item, identified by `key`, or,
+    with `option`, several: each element of `option` takes the same options, and
+    what it leaves out comes from the task's own. `key` is given either for the task
+    or per element, unless `shared_key`: then the task's is every element's default."""
+
+    def __init__(self, argument_spec: dict[str, Any], option: str, key: str = "name",
+                 shared_key: bool = False, **rules: Any) -> None:
+        self.option, self.key = option, key
+        # The rules (required_if, mutually_exclusive, ...) belong to each item, so
+        # they are checked per item below, not on the task's options.
+        self.validator = ArgumentSpecValidator(argument_spec, **rules)
+        spec = {**argument_spec, key: {**argument_spec[key], "required": False},
+                # An item list holds no secret of its own (each item's options keep
+                # their no_log), but a name such as "keys" makes Ansible ask.
+                option: {"type": "list", "elements": "dict", "no_log": False}}
+        exclusive = [] if shared_key else [[key, option]]
+        self.module = AnsibleModule(argument_spec=spec, supports_check_mode=True,
+                                    mutually_exclusive=exclusive,
+                                    required_one_of=[[key, option]])
+
+    @property
+    def batch(self) -> bool:
+        return self.module.params[self.option] is not None
+
+    def items(self) -> list[dict[str, Any]]:
+        """Each item's options, validated; fails the task naming the first bad one."""
+        shared = {k: v for k, v in _set_only(self.module.params).items() if k != self.option}
+        if not self.batch:
+            return [self._validated(shared, "")]
+        items = []
+        for index, element in enumerate(self.module.params[self.option]):
+            where = f"{self.option}[{index}]"
+            if isinstance(element, dict) and element.get(self.key):
+                where += f" ({element[self.key]})"
+            if not isinstance(element, dict):
+                self.module.fail_json(msg=f"{where}: expected a mapping of options")
+            if self.option in element:
+                self.module.fail_json(msg=f"{where}: {self.option} cannot be nested")
+            items.append(self._validated({**shared, **element}, where))
+        return items
+
+    def _validated(self, params: dict[str, Any], where: str) -> dict[str, Any]:
+        result = self.validator.validate(params)
+        if result.error_messages:
+            problems = "; ".join(result.error_messages)
+            self.module.fail_json(msg=f"{where}: {problems}" if where else problems)
+        return result.validated_parameters
+
+    def run(self, run_one: Callable[[dict[str, Any]], dict[str, Any]],
+            error_class: type[Exception] | tuple[type[Exception], ...],
+            items: list[dict[str, Any]] | None = None) -> None:
+        """Run `run_one(item)` for each item and exit: the single form with its own
+        result; a batch with RV(results) (one per item, in order, each with the
+        item's key), RV(changed) when any changed, and the items' diffs as a list.
+        The first failure stops the batch; the result names the item and carries
+        what was done before it."""
+        items = self.items() if items is None else items
+        results: list[dict[str, Any]] = []
+        for item in items:
+            try:
+                results.append(run_one(item))
+            except error_class as err:
+                context = {**getattr(err, "details", {}), self.key: item[self.key]}
+                if not self.batch:
+                    self.module.fail_json(msg=str(err), **context)
+                self.module.fail_json(msg=f"{self.key} {item[self.key]}: {err}",
+                                      results=results, **context)
+        if not self.batch:
+            result = results[0]
+            if not self.module._diff:
+                result.pop("diff", None)
+            self.module.exit_json(**result)
+        diffs = []
+        for item, result in zip(items, results):
+            result[self.key] = item[self.key]
+            diff = result.pop("diff", None)
+            if result.get("changed") and diff:
+                diffs.append({"before_header": str(item[self.key]),
+                              "after_header": str(item[self.key]), **diff})
+        summary: dict[str, Any] = {"changed": any(r.get("changed") for r in results),
+                                   "results": results}
+        if self.module._diff:
+            summary["diff"] = diffs
+        self.module.exit_json(**summary)
+
+
+def _set_only(value: Any) -> Any:
+    """Validated options without the ones left unset (None), at every depth: what
+    validating again accepts exactly as it accepted the first time (an unset option
+    still counts for mutually_exclusive, and fails its choices)."""
+    if isinstance(value, dict):
+        return {k: _set_only(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_set_only(v) for v in value]
+    return value
+
+
+def check_requirements(module: AnsibleModule, requirements: dict[str, str | None]) -> None:
+    """Fail naming the first library of `requirements` (its name -> the traceback of
+    its failed import, or None) that is missing."""
     for requirement, import_error in requirements.items():
         if import_error:
             module.fail_json(msg=missing_required_lib(requirement), exception=import_error)
+
+
+def run_module(module: AnsibleModule | BatchModule, run_class: Any,
+               error_class: type[Exception], requirements: dict[str, str | None]) -> None:
+    """Run `run_class(params, check_mode, session).run()` and exit with its result,
+    once every library of `requirements` is there. A BatchModule runs it per item,
+    all items sharing one `run_class.session(params)` (a connection)."""
+    if isinstance(module, BatchModule):
+        check_requirements(module.module, requirements)
+        check_mode = module.module.check_mode
+        try:
+            with run_class.session(module.module.params) as opened:
+                module.run(lambda item: run_class(item, check_mode, opened).run(),
+                           error_class)
+        except error_class as err:  # opening or closing the session
+            module.module.fail_json(msg=str(err))
+        return
+    check_requirements(module, requirements)
     try:
         result = run_class(module.params, module.check_mode).run()
     except error_class as err:
         module.fail_json(msg=str(err))
     module.exit_json(**result)
+
+
+def no_session(params: dict[str, Any]) -> contextlib.AbstractContextManager:
+    """For run classes that open what they need themselves."""
+    del params
+    return contextlib.nullcontext()

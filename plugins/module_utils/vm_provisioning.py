@@ -128,6 +128,7 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
             disks.append({"rbd": f"{cluster['pool']}/{config_drive_name(name)}",
                           "device": "cdrom", **rbd})
         domain = {"vcpus": spec.get("vcpus"), "memory_mb": spec.get("memory_mb"),
+                  "kind": kind,
                   "domain_type": cluster["virt_type"], "disks": disks,
                   "nics": _networks(name, spec.get("networks"), problems)}
         for key in ("kernel", "initrd", "cmdline"):
@@ -142,7 +143,7 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
                       "priority": spec.get("priority", 0), "disk": disk,
                       "config_drive": None if drive is None else {
                           "pool": cluster["pool"], "name": config_drive_name(name), **drive},
-                      "spec": domain,
+                      "domain": {"name": name, "spec": domain},
                       "autostart_on_home": kind == "plain" and autostart is True})
     if problems:
         raise ProvisioningError(problems)

@@ -29,6 +29,11 @@ options:
     description: The VDM (C(yasco_vdm)), for homes and kinds.
     type: dict
     default: {}
+  events:
+    description: How many of the latest events of the cluster's history to show.
+    type: int
+    default: 10
+    version_added: 0.2.0
   connect_timeout:
     description: Seconds to wait for each hypervisor's libvirt.
     type: float
@@ -76,8 +81,16 @@ problems:
   type: list
   elements: str
   sample: ["web1: RUNNING TWICE, on hv1 and hv2"]
+events:
+  description: The latest O(events) events of the cluster's history, oldest first,
+    each with C(key), C(at), C(kind) and, when known, C(host), C(vm), C(by) and
+    C(details).
+  returned: success
+  type: list
+  elements: dict
+  version_added: 0.2.0
 table:
-  description: The same as two text tables.
+  description: The same as text tables.
   returned: success
   type: str
 """
@@ -85,7 +98,7 @@ table:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_status import cluster_status
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
     module_argument_spec, run_module)
 
 
@@ -95,6 +108,7 @@ def main():
             hypervisors={"type": "dict", "required": True},
             cluster={"type": "str", "default": "yasco"},
             vdm={"type": "dict", "default": {}},
+            events={"type": "int", "default": 10},
             connect_timeout={"type": "float", "default": 10.0},
         ),
         supports_check_mode=True,

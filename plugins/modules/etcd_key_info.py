@@ -147,8 +147,9 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    EtcdClient, module_argument_spec, run_module)
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
+    module_argument_spec, run_module)
 
 ARGUMENT_SPEC = module_argument_spec(
     key={"type": "str", "required": True, "no_log": False},

@@ -25,9 +25,17 @@ author:
   - YASCO developers (@yasco)
 options:
   name:
-    description: The domain's name.
+    description: The domain's name. One of O(name) and O(domains) is required.
     type: str
-    required: true
+  domains:
+    description:
+      - Several domains in one task, each a mapping of this module's options (at least
+        O(name)); what an element leaves out comes from the task's options.
+      - Quicker than a loop, which starts the module and connects to each hypervisor
+        once per domain. Mutually exclusive with O(name).
+    type: list
+    elements: dict
+    version_added: 0.2.0
   state:
     description:
       - V(present) defines the domain and leaves it as it is.
@@ -149,6 +157,14 @@ options:
           - Write the serial console to this file on the hypervisor (appending), instead
             of a pseudo-terminal.
         type: path
+      kind:
+        description:
+          - The VM's kind in YASCO, kept in the domain's metadata. The host agent
+            destroys the V(ha) domains when it self-fences, reading the kind from
+            libvirt because etcd is out of reach then.
+        type: str
+        choices: [ha, plain, preemptible]
+        version_added: 0.2.0
   xml:
     description:
       - Raw domain XML, instead of O(spec). Its name must be O(name).
@@ -209,6 +225,18 @@ EXAMPLES = r"""
     state: running
     timeout: 300
 
+- name: Start every VM of a host in one task
+  yasco.cluster.libvirt_domain:
+    uri: qemu+libssh://root@hv1/system
+    state: running
+    domains:
+      - name: web1
+        spec: {vcpus: 2, memory_mb: 2048, disks: [{rbd: yasco/web1}]}
+      - name: web2
+        spec: {vcpus: 1, memory_mb: 1024, disks: [{rbd: yasco/web2}]}
+      - name: old1
+        state: absent
+
 - name: Set the URI once for a play
   hosts: localhost
   module_defaults:
@@ -227,37 +255,43 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+results:
+  description: With O(domains), each domain's RV(state), RV(uri), RV(xml), RV(actions)
+    and RV(pending_restart), with its C(name) and C(changed), in the order given.
+  returned: with O(domains)
+  type: list
+  elements: dict
+  sample: [{name: web1, changed: true, actions: [define, start], state: running}]
 state:
   description: The domain's state afterwards (predicted in check mode).
-  returned: always
+  returned: without O(domains)
   type: str
   sample: running
 uri:
   description: The URI of the hypervisor the domain is on afterwards.
-  returned: always
+  returned: without O(domains)
   type: str
 xml:
   description: The domain's XML afterwards; empty when it is gone.
-  returned: always
+  returned: without O(domains)
   type: str
 actions:
   description: What was done (or would be, in check mode), in order.
-  returned: always
+  returned: without O(domains)
   type: list
   elements: str
   sample: [define, start]
 pending_restart:
   description: Whether a running domain was redefined and needs a restart to apply it.
-  returned: always
+  returned: without O(domains)
   type: bool
 """
-
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import (
     LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_domain import DomainRun
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
+    BatchModule, run_module)
 
 DISK_OPTIONS = {
     "rbd": {"type": "str"},
@@ -294,12 +328,13 @@ SPEC_OPTIONS = {
              "mutually_exclusive": [["network", "bridge"]],
              "required_one_of": [["network", "bridge"]]},
     "serial_log": {"type": "path"},
+    "kind": {"type": "str", "choices": ["ha", "plain", "preemptible"]},
 }
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
+    module = BatchModule(
+        {
             **LIBVIRT_ARGUMENT_SPEC,
             "name": {"type": "str", "required": True},
             "state": {"type": "str", "default": "present",
@@ -310,8 +345,8 @@ def main():
             "target_uri": {"type": "str"},
             "timeout": {"type": "float", "default": 120.0},
         },
+        option="domains",
         mutually_exclusive=[["spec", "xml"]],
-        supports_check_mode=True,
     )
     run_module(module, DomainRun, LibvirtAdapterError, {"libvirt-python": LIBVIRT_IMPORT_ERROR})
 

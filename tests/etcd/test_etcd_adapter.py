@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    ETCD_ARGUMENT_SPEC, EtcdClient, EtcdError, connect)
+    CONNECTION_OPTIONS, EtcdClient, EtcdError, connect)
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import ETCD_ARGUMENT_SPEC
 
 from .conftest import closed_port_url
 
@@ -213,6 +214,7 @@ def test_an_endpoint_that_is_not_a_url_is_refused_naming_it(url):
 def test_connect_takes_a_modules_options_and_refuses_incomplete_ones(etcd, prefix):
     assert ETCD_ARGUMENT_SPEC["endpoints"]["required"] is True
     assert ETCD_ARGUMENT_SPEC["password"]["no_log"] is True
+    assert tuple(ETCD_ARGUMENT_SPEC) == CONNECTION_OPTIONS  # what the plugins read
     client = connect({"endpoints": [etcd.url], "ca_cert": None, "client_cert": None,
                       "client_key": None, "username": None, "password": None,
                       "timeout": 5.0})

@@ -3,6 +3,7 @@ ansible-playbook as an operator runs them, against real etcd servers."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -351,3 +352,59 @@ def test_options_that_do_not_fit_together_are_refused_naming_the_option(etcd, pr
         "ttl to read": unsupported("etcd_lease_info", "ttl"),
         "no lease id": "id: must be a positive lease id, got 0",
     }
+
+
+def test_a_batch_writes_each_key_on_its_own_condition_and_stops_at_the_first_lost_swap(
+        etcd, prefix, playbook):
+    client = etcd.client()
+    client.put(f"{prefix}taken", "someone else's")
+    claims = [{"key": f"{prefix}a"}, {"key": f"{prefix}b", "value": "b's own"},
+              {"key": f"{prefix}taken"}, {"key": f"{prefix}never"}]
+    run = playbook([
+        {**key_task("claim", keys=claims, value="mine", if_revision=0), "ignore_errors": True},
+        key_task("again", keys=claims[:2], value="mine"),
+        {**key_task("bad", keys=[{"key": f"{prefix}c", "value": "x"},
+                                 {"key": f"{prefix}d", "state": "absent", "value": "x"}]),
+         "ignore_errors": True},
+    ], env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    claim, again, bad = (run.result(n) for n in ("claim", "again", "bad"))
+    assert claim["failed"]
+    assert claim["msg"].startswith(f"key {prefix}taken: {prefix}taken: compare-and-swap "
+                                   "failed: expected no key")
+    assert [(r["key"], r["changed"]) for r in claim["results"]] == [
+        (f"{prefix}a", True), (f"{prefix}b", True)]
+    assert claim["actual_value"] == "someone else's"
+    # An element's own value wins over the task's, so the rerun changes nothing.
+    assert [(r["key"], r["changed"]) for r in again["results"]] == [
+        (f"{prefix}a", False), (f"{prefix}b", False)]
+    assert bad["msg"] == f"{prefix}d: value: applies to state=present only, not state=absent"
+    assert {kv.key: kv.value for kv in client.get_prefix(prefix)} == {
+        f"{prefix}a": "mine", f"{prefix}b": "b's own", f"{prefix}taken": "someone else's"}
+
+
+def test_events_are_appended_in_order_and_check_mode_appends_none(etcd, prefix, playbook):
+    cluster = prefix.strip("/").split("/")[-1]
+    event = {"endpoints": [etcd.url], "cluster": cluster, "by": "test"}
+    run = playbook([
+        {"name": "one", "yasco.cluster.cluster_event": {
+            **event, "kind": "note", "details": {"text": "hello"}}},
+        {"name": "batch", "yasco.cluster.cluster_event": {
+            **event, "kind": "started", "host": "hv1",
+            "events": [{"vm": "web1"}, {"vm": "web2", "host": "hv2"}]}},
+        {"name": "checked", "check_mode": True, "yasco.cluster.cluster_event": {
+            **event, "kind": "note"}},
+        {"name": "status", "yasco.cluster.cluster_status": {
+            "endpoints": [etcd.url], "cluster": cluster, "hypervisors": {}, "events": 2}},
+    ])
+    assert run.returncode == 0, run.output
+    history = etcd.client().get_prefix(f"/yasco/{cluster}/history/")
+    written = [json.loads(kv.value) for kv in history]
+    assert [(e["kind"], e.get("host"), e.get("vm"), e["by"]) for e in written] == [
+        ("note", None, None, "test"), ("started", "hv1", "web1", "test"),
+        ("started", "hv2", "web2", "test")]
+    assert written[0]["details"] == {"text": "hello"}
+    assert [kv.key for kv in history] == [run.result("one")["key"]] + [
+        r["key"] for r in run.result("batch")["results"]]
+    assert run.result("checked")["changed"] is True and "key" not in run.result("checked")
+    assert [e["vm"] for e in run.result("status")["events"]] == ["web1", "web2"]
+    assert "started  hv2   web2" in run.result("status")["table"]

@@ -76,6 +76,14 @@ def records(lab) -> dict[str, dict]:
                 for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=layout.CLUSTER_NAME))}
 
 
+def history(lab, kind: str, vms) -> list[dict]:
+    """The events of `kind` for `vms` in the lab cluster's history, oldest first."""
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        events = [json.loads(kv.value) for kv in etcd.get_prefix(
+            etcd_keys.history_prefix(cluster=layout.CLUSTER_NAME))]
+    return [e for e in events if e["kind"] == kind and e.get("vm") in vms]
+
+
 def test_provision_agrees_everywhere_and_a_rerun_changes_nothing(lab, cluster):
     inventory, names = cluster
     vdm = vdm_of(inventory)
@@ -94,10 +102,13 @@ def test_provision_agrees_everywhere_and_a_rerun_changes_nothing(lab, cluster):
     with storage.pool() as ioctx, rbd.Image(ioctx, f"{names['cidata']}-cidata") as image:
         drive = read_iso(image.read(0, image.size()))
     assert drive["user-data"] == b"#cloud-config\nruncmd:\n- echo provisioned\n"
+    started = {e["vm"]: e["host"] for e in history(lab, "started", names.values())}
+    assert started == {name: vdm["home"][name] for name in names.values()}
 
     rc, again = playbook("provision", inventory)
     assert rc == 0
     assert [r for r in again if r.get("changed")] == []
+    assert len(history(lab, "started", names.values())) == len(started)  # a rerun starts nothing
 
 
 def test_check_mode_reports_a_new_vm_and_creates_nothing(lab, cluster):
@@ -118,7 +129,7 @@ def test_check_mode_reports_a_new_vm_and_creates_nothing(lab, cluster):
         vdm_file.write_text(original_vdm)
     assert rc == 0
     items = [item for r in results for item in r.get("results", [r])]
-    started = [i["item"]["name"] for i in items if i.get("actions") == ["define", "start"]]
+    started = [i["name"] for i in items if i.get("actions") == ["define", "start"]]
     assert started == [new]
     assert new not in running(lab) and new not in records(lab)
     with storage.pool() as ioctx:
@@ -213,6 +224,8 @@ def test_rebalance_moves_vms_to_new_homes_within_capacity(lab, cluster):
     for name, host in moved.items():
         assert where[name] == [host] and stored[name] == {"host": host, "state": "running"}
     assert all(peaks[h] <= capacity[h] for h in hosts), peaks
+    migrated = [(e["vm"], e["details"]["from"], e["host"]) for e in history(lab, "migrated", moved)]
+    assert sorted(migrated) == sorted((n, before[n], h) for n, h in moved.items())
     rc, results = playbook("rebalance", inventory)
     assert rc == 0 and any("0 moves in 0 waves" in str(r.get("msg", "")) for r in results)
 
@@ -225,6 +238,8 @@ def test_remove_vm_keeps_the_disk_unless_confirmed(lab, cluster):
     assert name not in running(lab) and name not in records(lab)
     with storage.pool() as ioctx:
         assert name in rbd.RBD().list(ioctx)
+    assert [(e["vm"], e["details"]) for e in history(lab, "removed", [name])] == [
+        (name, {"disk_deleted": False})]
     rc, dummy = playbook("remove_vm", inventory, vm=name, delete_disk=name)
     assert rc == 0
     with storage.pool() as ioctx:

@@ -169,3 +169,49 @@ def test_module_defaults_set_the_uri_for_the_action_group(tmp_path):
         task, module_defaults={"group/yasco.cluster.libvirt": {"uri": URI}}),
         tmp_path=tmp_path)
     assert rc == 0 and result["uri"] == URI and result["state"] == "running"
+
+
+def test_a_batch_runs_each_domain_on_one_connection_and_reports_each(tmp_path):
+    spec = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
+    # test:///default starts afresh on every connection, so the second vm2 changing
+    # nothing shows the batch shares one connection, and that it is idempotent.
+    batch = {"name": "batch", "diff": True, "yasco.cluster.libvirt_domain": {
+        "uri": URI, "state": "running",
+        "domains": [{"name": "vm2", "spec": spec}, {"name": "vm2", "spec": spec},
+                    {"name": "test", "state": "destroyed"}]}}
+    rc, (result,) = run_playbook(local_play(batch), tmp_path=tmp_path)
+    assert rc == 0, result
+    assert result["changed"] is True
+    assert [(r["name"], r["changed"], r["actions"], r["state"]) for r in result["results"]] \
+        == [("vm2", True, ["define", "start"], "running"), ("vm2", False, [], "running"),
+            ("test", True, ["destroy"], "shutoff")]
+    assert [d["before_header"] for d in result["diff"]] == ["vm2", "test"]
+
+
+def test_a_bad_element_fails_the_batch_naming_it_before_anything_is_done(tmp_path):
+    batch = {"name": "batch", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
+        "uri": URI, "state": "destroyed",
+        "domains": [{"name": "test"}, {"name": "vm3", "spec": {"vcpus": 1}},
+                    {"spec": {"vcpus": 1, "memory_mb": 64}}]}}
+    both = {"name": "both", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
+        "uri": URI, "name": "test", "domains": [{"name": "test"}]}}
+    rc, (bad, mixed) = run_playbook(local_play(batch, both), tmp_path=tmp_path)
+    assert rc == 0
+    assert bad["failed"] and "results" not in bad
+    assert bad["msg"] == ("domains[1] (vm3): missing required arguments: memory_mb found "
+                          "in spec")
+    assert mixed["msg"] == "parameters are mutually exclusive: name|domains"
+
+
+def test_the_vm_kind_is_kept_in_the_domain_metadata_and_compared(conn):
+    run(spec={**copy.deepcopy(SPEC), "kind": "ha"})
+    dom = conn.lookupByName("vm1")
+    assert lv.domain_kind(dom) == "ha"
+    assert lv.domain_summary(dom.XMLDesc())["kind"] == "ha"
+    assert not run(spec={**copy.deepcopy(SPEC), "kind": "ha"})["changed"]
+    changed = run(spec={**copy.deepcopy(SPEC), "kind": "plain"})
+    # The running domain takes the new kind at once, for the self-fence.
+    assert changed["actions"] == ["redefine", "set kind"]
+    assert '"kind": "plain"' in changed["diff"]["after"]
+    assert lv.domain_kind(conn.lookupByName("vm1")) == "plain"
+    assert lv.domain_kind(conn.lookupByName("test")) is None  # defined by someone else
