@@ -7,15 +7,18 @@ a crash like a disk) and a fresh /run and /tmp on every boot, like a reboot.
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
+import sys
 import time
 import uuid
+from pathlib import Path
 
 from . import etcd
 from .ceph import client_conf, secret_key
 from .errors import LabError
-from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, HostLayout,
+from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
                      ceph_hypervisor_keyring_path, known_hosts_path, ssh_key_path)
 from .node import Node
 
@@ -115,6 +118,35 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     node.start_daemon("libvirtd", log=logs / "libvirtd.out")
     node.start_daemon("/usr/sbin/sshd", "-D", "-e", "-f", str(host.root / "sshd_config"),
                       log=logs / "sshd.log")
+    start_agent(node, host, cluster)
+
+
+# The agent runs from this checkout with the lab's Python, as the role
+# yasco.cluster.agent runs it from its installed copy.
+_REPO = Path(__file__).resolve().parents[2]
+AGENT_TTL = 5.0
+AGENT_MARGIN = 1.5
+
+
+def agent_config_path(host: HostLayout) -> Path:
+    return host.root / "agent.yml"
+
+
+def agent_log_path(host: HostLayout) -> Path:
+    return host.root / "log" / "agent.log"
+
+
+def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
+    """Write the host's agent configuration and start the agent (not waiting)."""
+    others = [h.etcd_client_url for h in cluster if h.name != host.name]
+    config = {"host": host.name, "cluster": CLUSTER_NAME,
+              "endpoints": [host.etcd_client_url, *others], "ttl": AGENT_TTL,
+              "margin": AGENT_MARGIN, "address": host.address, "ceph_addrs": [host.address]}
+    agent_config_path(host).write_text(json.dumps(config, indent=2) + "\n")
+    node.start_daemon("env", f"YASCO_AGENT_LIB={_REPO / 'collections'}", sys.executable,
+                      str(_REPO / "roles" / "agent" / "files" / "yasco_agent.py"),
+                      "--config", str(agent_config_path(host)),
+                      log=agent_log_path(host))
 
 
 def wait_ready(node: Node, host: HostLayout, timeout: float) -> None:

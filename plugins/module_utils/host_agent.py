@@ -1,0 +1,361 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The hypervisor agent: a liveness key under an etcd lease, the host's domains
+published under the same lease, and a self-fence that destroys the host's HA domains
+before the lease can have expired anywhere.
+
+Why the self-fence is safe: let t be the time a keepalive that then succeeded was
+sent. etcd's leader received it at or after t, so the lease cannot expire before
+t + TTL (a new leader only ever extends leases). The fencer destroys every HA domain
+at t + TTL - margin unless a later keepalive succeeded, so once the HA watcher can
+see the lease gone, the HA domains here are already dead: no VM runs twice.
+
+Three threads, each with its own connections, so that none waits on another:
+- heartbeat: grants the lease, registers the liveness key, renews every TTL/3, and
+  registers again (new lease) once etcd answers after a loss; it never starts VMs;
+- fencer: watches the deadline on the monotonic clock and talks to libvirt only;
+- publisher: keeps hosts/<host>/domains/ equal to what libvirt runs, woken by libvirt
+  domain events and every `reconcile` seconds.
+
+Imports nothing of Ansible: it runs on hypervisors from the collection's
+module_utils, started by roles/agent/files/yasco_agent.py, which the role
+yasco.cluster.agent installs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+    EtcdClient, EtcdError, to_json)
+
+VERSION = "0.2.0"
+LOG = logging.getLogger("yasco-agent")
+_ACTIVE = 1  # libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE, without importing libvirt here
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; the message names the field."""
+
+
+@dataclasses.dataclass
+class AgentConfig:
+    host: str
+    endpoints: list[str]
+    cluster: str = etcd_keys.DEFAULT_CLUSTER
+    ttl: float = 5.0
+    margin: float = 1.5
+    libvirt_uri: str = "qemu:///system"
+    address: str = ""
+    ceph_addrs: list[str] = dataclasses.field(default_factory=list)
+    reconcile: float = 10.0
+    ca_cert: str | None = None
+    client_cert: str | None = None
+    client_key: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str) -> AgentConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping of settings")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise ConfigError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: "
+                              f"{', '.join(fields)}")
+        for name in ("host", "endpoints"):
+            if not data.get(name):
+                raise ConfigError(f"{where}: {name} is required")
+        config = cls(**data)
+        config.check(where)
+        return config
+
+    def check(self, where: str) -> None:
+        if isinstance(self.endpoints, str):
+            self.endpoints = [e.strip() for e in self.endpoints.split(",") if e.strip()]
+        for name in ("ttl", "margin", "reconcile"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{where}: {name} must be a positive number of seconds, "
+                                  f"got {value!r}")
+        if self.ttl < 2:
+            raise ConfigError(f"{where}: ttl {self.ttl} is below 2 s; etcd raises a lease "
+                              "below 1.5 x its election timeout anyway")
+        if self.margin >= self.ttl / 2:
+            raise ConfigError(f"{where}: margin {self.margin} must be under half of ttl "
+                              f"{self.ttl}, or the agent self-fences between keepalives")
+        try:
+            etcd_keys.alive_key(self.host, cluster=self.cluster)
+        except ValueError as err:
+            raise ConfigError(f"{where}: {err}") from err
+        if not isinstance(self.ceph_addrs, list):
+            raise ConfigError(f"{where}: ceph_addrs must be a list of addresses")
+
+
+def load_config(path: str) -> AgentConfig:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the configuration: {err.strerror}") from err
+    try:
+        import yaml  # JSON is YAML too; PyYAML is on every Debian system
+        data = yaml.safe_load(text)
+    except ImportError:
+        data = json.loads(text)
+    except Exception as err:  # yaml.YAMLError, without a hard dependency on its name
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    return AgentConfig.from_mapping(data, path)
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+class Agent:
+    """One host's agent; `run()` until `stop()`.
+
+    State, under `lock`: `lease` (0 when none is held) and `last_ok`, the monotonic
+    send time of the last keepalive (or grant) that succeeded. Only the fencer gives
+    a lease up, and only after destroying the HA domains; `disconnected` then stays
+    true (and any HA domain started meanwhile is destroyed too) until a new
+    registration.
+    """
+
+    def __init__(self, config: AgentConfig, *, clock=time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self.keys = {"alive": etcd_keys.alive_key(config.host, cluster=config.cluster),
+                     "maintenance": etcd_keys.maintenance_key(config.host,
+                                                              cluster=config.cluster),
+                     "domains": etcd_keys.domains_prefix(config.host, cluster=config.cluster)}
+        self.stopping = threading.Event()
+        self.leaving = threading.Event()  # a planned stop: register no more
+        self.wake_publisher = threading.Event()
+        self.lock = threading.Lock()
+        self.lease = 0
+        self.last_ok = 0.0
+        self.disconnected = False
+        self.fences: list[dict[str, Any]] = []  # self-fences not yet in the history
+        self.started = time.time()
+
+    def _client(self) -> EtcdClient:
+        c = self.config
+        # One request may try every endpoint; keep each try short against TTL/3.
+        return EtcdClient(c.endpoints, ca_cert=c.ca_cert, client_cert=c.client_cert,
+                          client_key=c.client_key, username=c.username, password=c.password,
+                          timeout=max(0.3, c.ttl / 8))
+
+    # -- heartbeat ----------------------------------------------------------------
+
+    def _alive_value(self) -> dict[str, Any]:
+        c = self.config
+        return {"address": c.address, "boot_id": _boot_id(), "agent_version": VERSION,
+                "started": cluster_events.timestamp(self.started), "pid": os.getpid(),
+                "ceph_addrs": c.ceph_addrs or ([c.address] if c.address else []),
+                "ttl": c.ttl}
+
+    def register(self, etcd: EtcdClient) -> None:
+        """A new lease and the liveness key under it."""
+        sent = self.clock()
+        lease = etcd.grant_lease(int(round(self.config.ttl)))
+        etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease.id)
+        with self.lock:
+            self.lease, self.last_ok, self.disconnected = lease.id, sent, False
+        LOG.info("registered %s under lease %x", self.keys["alive"], lease.id)
+        marker = etcd.get(self.keys["maintenance"])
+        if marker is not None and _by_agent(marker.value):
+            # Written by this agent's own graceful stop; an operator's marker stays.
+            etcd.delete_if(self.keys["maintenance"], mod_revision=marker.mod_revision)
+            LOG.info("cleared the maintenance marker of the last graceful stop")
+        with self.lock:
+            pending, self.fences = self.fences, []
+        for fence in pending:
+            cluster_events.append(etcd, cluster_events.event(
+                "self-fenced", host=self.config.host, by="agent", details=fence,
+                at=fence["at"]), cluster=self.config.cluster)
+        self.wake_publisher.set()
+
+    def heartbeat(self) -> None:
+        interval = self.config.ttl / 3
+        backoff = interval
+        etcd = self._client()
+        while not self.leaving.is_set():
+            with self.lock:
+                lease = self.lease
+            sent = self.clock()
+            try:
+                if not lease:
+                    self.register(etcd)
+                    backoff = interval
+                elif etcd.keepalive_once(lease) is None:
+                    LOG.error("lease %x is gone from etcd: self-fencing now", lease)
+                    with self.lock:
+                        if self.lease == lease:
+                            self.last_ok = self.clock() - self.config.ttl
+                    self.stopping.wait(0.1)
+                    continue
+                else:
+                    with self.lock:
+                        if self.lease == lease:
+                            self.last_ok = max(self.last_ok, sent)
+            except EtcdError as err:
+                if lease:
+                    # Try again soon: the fencer's deadline is ttl - margin away from
+                    # the last success, and an election takes about a second.
+                    LOG.warning("keepalive failed: %s", err)
+                    self.stopping.wait(0.25)
+                else:
+                    LOG.warning("cannot register (again in %.0f s): %s", backoff, err)
+                    self.stopping.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                continue
+            self.stopping.wait(max(0.0, sent + interval - self.clock()))
+        etcd.close()
+
+    # -- self-fence ---------------------------------------------------------------
+
+    def fencer(self) -> None:
+        conn = None
+        while not self.stopping.is_set():
+            with self.lock:
+                due = self.lease and self.clock() >= \
+                    self.last_ok + self.config.ttl - self.config.margin
+                enforce = self.disconnected
+            if due or enforce:
+                try:
+                    conn = conn or lv.connect(self.config.libvirt_uri)
+                    self.self_fence(conn, first=bool(due))
+                except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
+                    LOG.critical("SELF-FENCE FAILED, retrying: %s", err)
+                    conn = None
+            self.stopping.wait(0.05)
+
+    def self_fence(self, conn, first: bool) -> None:
+        """Destroy every running HA domain; `first` when the deadline just passed
+        (later calls catch HA domains started while still cut off)."""
+        destroyed = []
+        for dom in conn.listAllDomains(_ACTIVE):
+            if lv.domain_kind(dom) == "ha":
+                dom.destroy()
+                destroyed.append(dom.name())
+        done = time.time()
+        if first or destroyed:
+            LOG.critical("SELF-FENCE: no etcd keepalive succeeded for %.1f s (ttl %s - "
+                         "margin %s); destroyed HA domains: %s; at %.3f",
+                         self.config.ttl - self.config.margin, self.config.ttl,
+                         self.config.margin, ", ".join(destroyed) or "none", done)
+        with self.lock:
+            if first or destroyed:
+                self.fences.append({"at": done, "destroyed": destroyed})
+            if first:
+                self.lease, self.disconnected = 0, True
+
+    # -- domains ------------------------------------------------------------------
+
+    def publisher(self) -> None:
+        etcd, conn = self._client(), None
+        published: dict[str, str] = {}
+        lease = 0
+        while not self.stopping.is_set():
+            self.wake_publisher.wait(self.config.reconcile)
+            self.wake_publisher.clear()
+            with self.lock:
+                current = self.lease
+            if not current:
+                continue
+            try:
+                if conn is None:
+                    conn = lv.connect(self.config.libvirt_uri)
+                    conn.domainEventRegisterAny(
+                        None, lv.libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+                        lambda *args: self.wake_publisher.set(), None)
+                running = {d.name(): lv.domain_state(d) for d in conn.listAllDomains(_ACTIVE)}
+                if current != lease:  # keys of an older lease: stale, or gone with it
+                    published, lease = {}, current
+                    for kv in etcd.get_prefix(self.keys["domains"]):
+                        if kv.lease != lease:
+                            etcd.delete(kv.key)
+                for name, state in running.items():
+                    if published.get(name) != state:
+                        etcd.put(self.keys["domains"] + name, to_json({"state": state}),
+                                 lease=lease)
+                        published[name] = state
+                for name in set(published) - set(running):
+                    etcd.delete(self.keys["domains"] + name)
+                    del published[name]
+            except EtcdError as err:
+                LOG.warning("publishing domains: %s", err)
+                published, lease = {}, 0
+            except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
+                LOG.warning("reading domains: %s", err)
+                conn = None
+        etcd.close()
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def run(self) -> None:
+        _start_libvirt_event_loop()
+        threads = [threading.Thread(target=target, name=target.__name__, daemon=True)
+                   for target in (self.heartbeat, self.fencer, self.publisher)]
+        for thread in threads:
+            thread.start()
+        self.stopping.wait()
+        for thread in threads:
+            thread.join(timeout=self.config.ttl)
+
+    def stop(self) -> None:
+        """A planned stop: mark the host in maintenance, then revoke the lease, so
+        that the HA watcher sees no failure. If etcd cannot be told, self-fence: the
+        lease will expire with nobody renewing it."""
+        self.leaving.set()
+        etcd = self._client()
+        try:
+            with self.lock:
+                lease, self.lease = self.lease, 0  # no more keepalives or fences
+            etcd.put(self.keys["maintenance"], to_json({
+                "since": cluster_events.timestamp(), "by": "agent",
+                "reason": "agent stopped"}))
+            if lease:
+                etcd.revoke_lease(lease)
+            LOG.info("stopped: maintenance marker written, lease revoked")
+        except EtcdError as err:
+            LOG.critical("cannot mark maintenance before stopping (%s): self-fencing", err)
+            try:
+                self.self_fence(lv.connect(self.config.libvirt_uri), first=True)
+            except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as fence_err:
+                LOG.critical("SELF-FENCE FAILED: %s", fence_err)
+        finally:
+            etcd.close()
+            self.stopping.set()
+
+
+def _by_agent(value: str) -> bool:
+    try:
+        return json.loads(value).get("by") == "agent"
+    except (ValueError, AttributeError):
+        return False
+
+
+def _start_libvirt_event_loop() -> None:
+    lv.libvirt.virEventRegisterDefaultImpl()
+
+    def loop() -> None:
+        while True:
+            lv.libvirt.virEventRunDefaultImpl()
+
+    threading.Thread(target=loop, name="libvirt-events", daemon=True).start()

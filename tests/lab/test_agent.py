@@ -1,0 +1,269 @@
+"""The host agent on the lab's hypervisors: its liveness key and lease, the domains it
+publishes, its self-fence when cut off, and its graceful stop. The agents run as
+`yasco-lab up` and `boot` start them, against the lab's real etcd and libvirt."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import libvirt
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab import etcd as lab_etcd
+from yasco_lab import hypervisor, layout
+from yasco_lab.lab import LabState
+
+from ..ansible_run import run_playbook
+from .conftest import yasco_lab
+
+TTL, MARGIN = hypervisor.AGENT_TTL, hypervisor.AGENT_MARGIN
+FENCE_LINE = re.compile(r"SELF-FENCE: .*destroyed HA domains: (.*); at (\d+\.\d+)")
+
+
+def alive_key(host: str) -> str:
+    return etcd_keys.alive_key(host, cluster=layout.CLUSTER_NAME)
+
+
+def wait_for(what: str, condition, timeout: float, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def host_of(lab: dict, name: str) -> dict:
+    return next(h for h in lab["hosts"] if h["name"] == name)
+
+
+def layout_of(name: str):
+    return next(h for h in LabState.load().layouts() if h.name == name)
+
+
+def start_domain(uri: str, kind: str) -> str:
+    """A small domain of `kind` that boots no OS (its firmware finds no disk)."""
+    name = f"agent-{kind}-{uuid.uuid4().hex[:6]}"
+    spec = {"vcpus": 1, "memory_mb": 32, "domain_type": "qemu", "kind": kind}
+    conn = libvirt.open(uri)
+    try:
+        conn.defineXML(lv.render_domain_xml(name, spec)).create()
+    finally:
+        conn.close()
+    return name
+
+
+def remove_domain(uri: str, name: str) -> None:
+    conn = libvirt.open(uri)
+    try:
+        dom = conn.lookupByName(name)
+        if dom.isActive():
+            dom.destroy()
+        dom.undefine()
+    finally:
+        conn.close()
+
+
+def is_running(uri: str, name: str) -> bool:
+    conn = libvirt.open(uri)
+    try:
+        return bool(conn.lookupByName(name).isActive())
+    finally:
+        conn.close()
+
+
+def fences_logged(host: str) -> list[tuple[list[str], float]]:
+    """The self-fences in the host agent's log: (destroyed domains, wall time)."""
+    text = hypervisor.agent_log_path(layout_of(host)).read_text(errors="replace")
+    return [([d for d in m.group(1).split(", ") if d != "none"], float(m.group(2)))
+            for m in FENCE_LINE.finditer(text)]
+
+
+@pytest.fixture(name="etcd")
+def fixture_etcd(lab):
+    with EtcdClient(lab["etcd_endpoints"]) as client:
+        yield client
+
+
+def test_every_host_holds_a_liveness_key_under_a_lease_of_the_ttl(lab, etcd):
+    for host in lab["hosts"]:
+        kv = wait_for(f"{host['name']} registered",
+                      lambda h=host: etcd.get(alive_key(h["name"])), 15)
+        value = json.loads(kv.value)
+        assert value["address"] == host["address"]
+        assert value["ceph_addrs"] == [host["address"]]
+        assert value["boot_id"] and value["agent_version"] and value["ttl"] == TTL
+        lease = etcd.lease_info(kv.lease)
+        assert lease.granted_ttl == TTL and 0 < lease.ttl <= TTL
+        assert kv.key in lease.keys
+
+
+def test_running_domains_are_published_under_the_lease_and_unpublished(lab, etcd):
+    hv = host_of(lab, "hv1")
+    name = start_domain(hv["libvirt_uri"], "plain")
+    key = etcd_keys.domain_key("hv1", name, cluster=layout.CLUSTER_NAME)
+    try:
+        # QEMU starts paused and then runs: each state is published as it comes.
+        kv = wait_for("domain published as running", lambda: (
+            etcd.get(key) if '"running"' in getattr(etcd.get(key), "value", "") else None), 10)
+        assert json.loads(kv.value) == {"state": "running"}
+        assert kv.lease == etcd.get(alive_key("hv1")).lease
+    finally:
+        remove_domain(hv["libvirt_uri"], name)
+    wait_for("domain unpublished", lambda: etcd.get(key) is None, 10)
+
+
+def test_a_crashed_host_loses_its_liveness_key_within_the_ttl(lab, etcd):
+    wait_for("hv3 registered", lambda: etcd.get(alive_key("hv3")), 15)
+    yasco_lab("crash", "hv3")
+    crashed = time.monotonic()
+    try:
+        wait_for("hv3's key gone", lambda: etcd.get(alive_key("hv3")) is None, TTL + 3)
+        print(f"\nliveness key gone {time.monotonic() - crashed:.2f} s after the crash "
+              f"(ttl {TTL} s)")
+    finally:
+        yasco_lab("boot", "hv3")
+    wait_for("hv3 registered again", lambda: etcd.get(alive_key("hv3")), 15)
+
+
+def test_a_partitioned_host_self_fences_its_ha_domains_before_its_lease_expires(lab, etcd):
+    hv = host_of(lab, "hv2")
+    margins = []
+    for run in range(3):
+        wait_for("hv2 registered", lambda: etcd.get(alive_key("hv2")), 15)
+        ha = start_domain(hv["libvirt_uri"], "ha")
+        plain = start_domain(hv["libvirt_uri"], "plain")
+        fences_before = len(fences_logged("hv2"))
+        yasco_lab("partition", "hv2")
+        try:
+            wait_for("hv2's key gone", lambda: etcd.get(alive_key("hv2")) is None, TTL + 5,
+                     every=0.02)
+            expired = time.time()
+        finally:
+            yasco_lab("heal", "hv2")
+        fences = fences_logged("hv2")[fences_before:]
+        assert fences, "no self-fence logged"
+        destroyed, fenced_at = fences[0]
+        assert destroyed == [ha]
+        margins.append(expired - fenced_at)
+        wait_for("hv2 registered again", lambda: etcd.get(alive_key("hv2")), 20)
+        assert not is_running(hv["libvirt_uri"], ha)  # the agent starts nothing itself
+        assert is_running(hv["libvirt_uri"], plain)
+        for name in (ha, plain):
+            remove_domain(hv["libvirt_uri"], name)
+        del run
+    print("\nself-fence before the lease was seen to expire, s: "
+          + ", ".join(f"{m:.2f}" for m in margins))
+    assert min(margins) >= 1.0, margins
+    history = [json.loads(kv.value) for kv in etcd.get_prefix(
+        etcd_keys.history_prefix(cluster=layout.CLUSTER_NAME))]
+    assert sum(e["kind"] == "self-fenced" and e["host"] == "hv2" for e in history) >= 3
+
+
+def _leader(lab) -> str:
+    """The hypervisor whose etcd member leads, from the members' own status."""
+    for host in lab["hosts"]:
+        request = urllib.request.Request(
+            f"{layout_of(host['name']).etcd_client_url}/v3/maintenance/status", data=b"{}",
+            method="POST")
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            status = json.load(reply)
+        if status["leader"] == status["header"]["member_id"]:
+            return host["name"]
+    raise AssertionError("no etcd leader")
+
+
+def test_losing_the_etcd_leader_neither_fences_nor_drops_a_liveness_key(lab, etcd):
+    before = {h["name"]: wait_for("registered", lambda h=h: etcd.get(alive_key(h["name"])), 15)
+              for h in lab["hosts"]}
+    fences_before = {h: len(fences_logged(h)) for h in before}
+    leader = _leader(lab)
+    state = LabState.load()
+    node = state.node(leader)
+    node.run("pkill", "-KILL", "-x", "etcd")
+    try:
+        time.sleep(3 * TTL)
+        for host, kv in before.items():
+            now = etcd.get(alive_key(host))
+            assert now is not None and now.lease == kv.lease, host
+            assert len(fences_logged(host)) == fences_before[host], host
+    finally:
+        host = layout_of(leader)
+        node.start_daemon(*lab_etcd.member_command(host, state.layouts()),
+                          log=host.root / "log" / "etcd.log")
+        lab_etcd.wait_healthy([host], timeout=30)
+
+
+def test_a_graceful_stop_marks_maintenance_before_the_lease_goes(lab, etcd):
+    hv = host_of(lab, "hv1")
+    ha = start_domain(hv["libvirt_uri"], "ha")
+    marker_key = etcd_keys.maintenance_key("hv1", cluster=layout.CLUSTER_NAME)
+    wait_for("hv1 registered", lambda: etcd.get(alive_key("hv1")), 15)
+    pid = json.loads(etcd.get(alive_key("hv1")).value)["pid"]
+    fences_before = len(fences_logged("hv1"))
+    state = LabState.load()
+    # The agent's pid is in hv1's PID namespace: signal it from inside.
+    state.node("hv1").run("kill", "-TERM", str(pid))
+    try:
+        wait_for("hv1's key gone", lambda: etcd.get(alive_key("hv1")) is None, 5)
+        marker = etcd.get(marker_key)
+        assert marker is not None and json.loads(marker.value)["by"] == "agent"
+        assert is_running(hv["libvirt_uri"], ha)
+        assert len(fences_logged("hv1")) == fences_before
+    finally:
+        host = layout_of("hv1")
+        hypervisor.start_agent(state.node("hv1"), host, state.layouts())
+    wait_for("hv1 registered again", lambda: etcd.get(alive_key("hv1")), 15)
+    wait_for("marker cleared", lambda: etcd.get(marker_key) is None, 5)
+    remove_domain(hv["libvirt_uri"], ha)
+
+
+def test_the_role_installs_an_agent_that_runs_without_ansible(lab, etcd, tmp_path):
+    """The role yasco.cluster.agent, run into a scratch root without the systemd
+    service; the installed agent runs on Debian's Python with no Ansible, against
+    the lab's etcd, and stops gracefully."""
+    root = tmp_path / "root"
+    host = f"role-{uuid.uuid4().hex[:6]}"
+    play = [{"name": "agent", "hosts": "localhost", "gather_facts": False,
+             "vars": {"ansible_connection": "local",
+                      "ansible_python_interpreter": sys.executable},
+             "roles": [{"role": "yasco.cluster.agent", "agent_host": host,
+                        "agent_cluster": layout.CLUSTER_NAME,
+                        "agent_endpoints": lab["etcd_endpoints"],
+                        "agent_libvirt_uri": "test:///default", "agent_address": "127.0.0.1",
+                        "agent_root": str(root), "agent_manage_service": False}]}]
+    rc, results = run_playbook(play, tmp_path=tmp_path)
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    rc, again = run_playbook(play, tmp_path=tmp_path)
+    assert rc == 0 and not [r for r in again if r.get("changed")]
+    lib = root / "usr" / "lib" / "yasco-agent"
+    config = root / "etc" / "yasco" / "agent.yml"
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
+    unit = (root / "etc" / "systemd" / "system" / "yasco-agent.service").read_text()
+    assert f"ExecStart={lib}/venv/bin/python {lib}/yasco_agent.py --config {config}" in unit
+    python = lib / "venv" / "bin" / "python"
+    assert subprocess.run([python, "-c", "import ansible"], capture_output=True,
+                          check=False).returncode != 0
+    agent = subprocess.Popen([python, lib / "yasco_agent.py", "--config", config],
+                             env={"YASCO_AGENT_LIB": str(lib)}, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        wait_for("registered", lambda: etcd.get(alive_key(host)), 15)
+    finally:
+        agent.terminate()
+        stderr = agent.communicate(timeout=15)[1]
+    assert agent.returncode == 0, stderr
+    assert etcd.get(alive_key(host)) is None
+    marker = etcd.get(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME))
+    assert json.loads(marker.value)["by"] == "agent"
+    etcd.delete_prefix(etcd_keys.host_prefix(host, cluster=layout.CLUSTER_NAME))

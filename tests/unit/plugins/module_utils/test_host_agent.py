@@ -1,0 +1,89 @@
+"""The host agent's configuration: every bad setting is refused by name, before the
+agent touches etcd or libvirt. Its behaviour on a cluster is tested on the lab
+(tests/lab/test_agent.py)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+    AgentConfig, ConfigError)
+
+ROOT = Path(__file__).resolve().parents[4]
+AGENT = ROOT / "roles" / "agent" / "files" / "yasco_agent.py"
+COLLECTIONS = ROOT / "collections"
+GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"host": ""}, "agent.yml: host is required"),
+    ({"endpoints": []}, "agent.yml: endpoints is required"),
+    ({"host": "a/b"}, "agent.yml: host name 'a/b': must not contain '/'"),
+    ({"ttl": 1}, "agent.yml: ttl 1 is below 2 s; etcd raises a lease below 1.5 x its "
+                 "election timeout anyway"),
+    ({"ttl": "5"}, "agent.yml: ttl must be a positive number of seconds, got '5'"),
+    ({"margin": 0}, "agent.yml: margin must be a positive number of seconds, got 0"),
+    ({"ceph_addrs": "10.0.0.1"}, "agent.yml: ceph_addrs must be a list of addresses"),
+    ({"tll": 5}, "agent.yml: unknown setting(s) tll; known: host, endpoints, cluster, ttl, "
+                 "margin, libvirt_uri, address, ceph_addrs, reconcile, ca_cert, "
+                 "client_cert, client_key, username, password"),
+])
+def test_a_bad_setting_is_named(changes, message):
+    with pytest.raises(ConfigError) as err:
+        AgentConfig.from_mapping({**GOOD, **changes}, "agent.yml")
+    assert str(err.value) == message
+
+
+def test_endpoints_may_be_a_comma_separated_string():
+    config = AgentConfig.from_mapping({**GOOD, "endpoints": "http://a:2379, http://b:2379"},
+                                      "agent.yml")
+    assert config.endpoints == ["http://a:2379", "http://b:2379"]
+
+
+def test_the_agent_exits_2_on_a_bad_configuration_is_refused_naming_the_setting(tmp_path):
+    config = tmp_path / "agent.yml"
+    config.write_text("host: hv1\nendpoints: [http://127.0.0.1:2379]\nttl: 4\nmargin: 3\n")
+    done = subprocess.run([sys.executable, AGENT, "--config", config], capture_output=True,
+                          text=True, env={"YASCO_AGENT_LIB": str(COLLECTIONS)}, check=False)
+    assert done.returncode == 2
+    assert done.stderr == (f"yasco-agent: {config}: margin 3 must be under half of ttl 4, "
+                           "or the agent self-fences between keepalives\n")
+    config.write_text("host: hv1\nendpoint: x\n")  # a typo
+    done = subprocess.run([sys.executable, AGENT, "--config", config], capture_output=True,
+                          text=True, env={"YASCO_AGENT_LIB": str(COLLECTIONS)}, check=False)
+    assert done.returncode == 2 and "unknown setting(s) endpoint" in done.stderr
+    missing = subprocess.run([sys.executable, AGENT, "--config", tmp_path / "none.yml"],
+                             capture_output=True, text=True, check=False,
+                             env={"YASCO_AGENT_LIB": str(COLLECTIONS)})
+    assert missing.returncode == 2
+    assert missing.stderr == (f"yasco-agent: {tmp_path / 'none.yml'}: cannot read the "
+                              "configuration: No such file or directory\n")
+
+
+def test_with_etcd_out_of_reach_the_agent_keeps_retrying_and_stops_cleanly(tmp_path):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "agent.yml"
+    config.write_text(f"host: hv1\nendpoints: [http://127.0.0.1:{port}]\n"
+                      "libvirt_uri: test:///default\n")
+    agent = subprocess.Popen([sys.executable, AGENT, "--config", config], text=True,
+                             stderr=subprocess.PIPE, env={"YASCO_AGENT_LIB": str(COLLECTIONS)})
+    time.sleep(6)
+    try:
+        assert agent.poll() is None, "the agent exited"
+    finally:
+        agent.terminate()
+        stderr = agent.communicate(timeout=10)[1]
+    assert agent.returncode == 0, stderr
+    retries = re.findall(r"cannot register \(again in (\d+) s\)", stderr)
+    assert [int(s) for s in retries[:2]] == [2, 3]  # doubling from ttl/3, rounded
+    assert "cannot mark maintenance before stopping" in stderr
+    assert "SELF-FENCE" in stderr  # what it does instead, with no lease left to revoke
