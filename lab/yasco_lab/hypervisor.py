@@ -32,6 +32,10 @@ _PRIVATE_DIRS = [
     ("root-ssh", "/root/.ssh"),
 ]
 
+# The agent runs from this checkout with the lab's Python, as the role
+# yasco.cluster.agent runs it from its installed copy.
+_REPO = Path(__file__).resolve().parents[2]
+
 _HOST_UUID_NAMESPACE = uuid.UUID("0c1f6a52-5e0e-4d55-b6a4-9b6e1c0a7a10")
 
 
@@ -106,9 +110,17 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     """Mount the host's private directories and start its services (not waiting)."""
     mounts = "\n".join(f"mkdir -p {target} && mount --bind {host.root / sub} {target}"
                        for sub, target in _PRIVATE_DIRS)
+    # The agent runs from this checkout; one under /tmp or /run (a CI clone) would be
+    # hidden by the fresh ones, so it is set aside first and put back on top.
+    stash, keep, restore = host.root / "checkout", "", ""
+    if _REPO.is_relative_to("/tmp") or _REPO.is_relative_to("/run"):
+        keep = f"mkdir -p {stash} && mount --bind {_REPO} {stash}"
+        restore = f"mkdir -p {_REPO} && mount --bind {stash} {_REPO}"
     node.run("sh", "-ec", f"""
+        {keep}
         mount -t tmpfs -o mode=0755 tmpfs /run
         mount -t tmpfs -o mode=1777 tmpfs /tmp
+        {restore}
         mkdir -p /run/sshd /run/lock
         {mounts}
     """)
@@ -121,9 +133,6 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     start_agent(node, host, cluster)
 
 
-# The agent runs from this checkout with the lab's Python, as the role
-# yasco.cluster.agent runs it from its installed copy.
-_REPO = Path(__file__).resolve().parents[2]
 AGENT_TTL = 5.0
 AGENT_MARGIN = 1.5
 
