@@ -22,10 +22,14 @@ mod_revision, and keys and values here are UTF-8 strings.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import re
+import select
+import socket
 import ssl
+import time
 import traceback
 import urllib.parse
 from dataclasses import dataclass
@@ -46,6 +50,10 @@ else:
     _NAME_RESOLUTION = getattr(urllib3.exceptions, "NameResolutionError", ())
 
 DEFAULT_TIMEOUT = 5.0
+# Connecting to a member on the cluster's network takes milliseconds; one that does
+# not accept in a second is down (a dead host's address can take seconds to fail),
+# so move on to the next whatever the request timeout.
+CONNECT_TIMEOUT = 1.0
 DEFAULT_PORT = 2379
 
 # The connection options of `connect()`, which modules take as ETCD_ARGUMENT_SPEC
@@ -74,6 +82,25 @@ class EtcdError(Exception):
 
 class _LeaseGone(EtcdError):
     """The lease named by a request does not exist (revoking it then is no failure)."""
+
+
+class Compacted(EtcdError):
+    """A watch asked for revisions etcd has compacted away; `revision` is the oldest
+    it still has. Read the current state again, then watch from there."""
+
+    def __init__(self, message: str, revision: int) -> None:
+        super().__init__(message)
+        self.revision = revision
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change seen by a watch: `kind` is PUT or DELETE; `previous` is the key
+    before it (None when it was created), which for a DELETE says what was deleted."""
+
+    kind: str
+    kv: KeyValue
+    previous: KeyValue | None
 
 
 @dataclass(frozen=True)
@@ -275,6 +302,7 @@ class _Member:
     def __init__(self, url: str, timeout: float, verify: str | bool,
                  cert: str | tuple[str, str] | None) -> None:
         scheme, host, port = _endpoint(url)
+        self.address = (host, port)
         self.url = url.strip().rstrip("/")
         self.session = requests.Session()
         # Proxies are for the internet; etcd is on the cluster's network, and an
@@ -283,8 +311,9 @@ class _Member:
         self.session.verify = verify
         if cert is not None:
             self.session.cert = cert
-        self.gateway = Etcd3Client(host=host, port=port, protocol=scheme, timeout=timeout,
-                                   session=self.session)
+        self.timeouts = (min(timeout, CONNECT_TIMEOUT), timeout)  # requests' (connect, read)
+        self.gateway = Etcd3Client(host=host, port=port, protocol=scheme,
+                                   timeout=self.timeouts, session=self.session)
         self.token: str | None = None
         self.authenticated = False
 
@@ -332,6 +361,7 @@ class EtcdClient:
         self._members = [_Member(url, self.timeout, ca_cert or True, cert or None)
                          for url in endpoints]
         self._current = 0
+        self._picked = False
 
     def __enter__(self) -> EtcdClient:
         return self
@@ -375,6 +405,44 @@ class EtcdClient:
         result = self._request(f"read the last {limit} of {prefix}*", "/kv/range", payload,
                                repeatable=True)
         return [KeyValue.from_gateway(item) for item in reversed(result.get("kvs") or [])]
+
+    def revision(self) -> int:
+        """The store's current revision, read linearizably: a member cut off from the
+        majority cannot answer, so this also moves the client to one that can."""
+        result = self._request("read the revision", "/kv/range",
+                               {"key": _encode("\0"), "limit": 1}, repeatable=True)
+        return _revision(result)
+
+    def watch_prefix(self, prefix: str, start_revision: int, *, idle: float
+                     ) -> Iterator[tuple[int, list[WatchEvent]]]:
+        """Every change under `prefix` from `start_revision` on, as (revision, events)
+        batches, streamed from the endpoint that last answered. It ends when nothing
+        has come for `idle` seconds (etcd may be cut off: call `revision()`, then
+        watch again from the next revision); it raises EtcdError when the stream
+        breaks, and Compacted when `start_revision` is gone."""
+        member = self._members[self._current]
+        if self.username and not member.authenticated:
+            self._authenticate(member)
+        request = {"create_request": {**_prefix_range(prefix), "prev_kv": True,
+                                      "start_revision": str(start_revision)}}
+        try:
+            with member.session.post(member.gateway.get_url("/watch"), json=request,
+                                     stream=True, timeout=(member.timeouts[0], idle)) as reply:
+                if reply.status_code != 200:
+                    raise EtcdError(f"etcd at {member.url}: watch {prefix}*: HTTP "
+                                    f"{reply.status_code} {reply.text[:200]}")
+                for line in reply.iter_lines():
+                    if line:
+                        batch = _watch_batch(member.url, prefix, json.loads(line))
+                        if batch is not None:
+                            yield batch
+        except requests.RequestException as err:  # a member that died, a cut network
+            if _idle(err):
+                return
+            raise EtcdError(f"etcd at {member.url}: watch {prefix}* broke: {err}") from None
+        except ValueError as err:
+            raise EtcdError(f"etcd at {member.url}: watch {prefix}*: not etcd's answer "
+                            f"({err})") from None
 
     def get_prefixes(self, prefixes: Sequence[str]) -> dict[str, list[KeyValue]]:
         """Every key under each prefix, all read at one revision (one transaction), so
@@ -504,9 +572,49 @@ class EtcdClient:
 
     # -- requests -----------------------------------------------------------------
 
+    def _pick_member(self) -> None:
+        """Start with the endpoint that accepts a connection first, all tried at once
+        (in a tie, the earlier in the order given): a short-lived client, such as a
+        module run, must not wait a connect timeout on a dead first endpoint every
+        time. The nearest member usually wins, which is what the order is for."""
+        self._picked = True
+        if len(self._members) < 2:
+            return
+        pending: dict[socket.socket, int] = {}
+        for index, member in enumerate(self._members):
+            try:
+                infos = socket.getaddrinfo(*member.address, type=socket.SOCK_STREAM)
+                sock = socket.socket(infos[0][0], socket.SOCK_STREAM)
+            except OSError:
+                continue
+            sock.setblocking(False)
+            if sock.connect_ex(infos[0][4]) in (0, errno.EINPROGRESS):
+                pending[sock] = index
+            else:
+                sock.close()
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        connected: set[int] = set()
+        try:
+            while pending and time.monotonic() < deadline:
+                dummy, ready, dummy2 = select.select([], list(pending), [],
+                                                     max(0.0, deadline - time.monotonic()))
+                for sock in ready:
+                    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                        connected.add(pending[sock])
+                    sock.close()
+                    del pending[sock]
+                if connected:
+                    self._current = min(connected)
+                    return
+        finally:
+            for sock in pending:
+                sock.close()
+
     def _request(self, action: str, path: str, payload: dict[str, Any], *,
                  repeatable: bool, lease: int = 0) -> dict[str, Any]:
         """Send one request, failing over between endpoints; etcd's answer."""
+        if not self._picked:
+            self._pick_member()
         failures: list[_Failure] = []
         count = len(self._members)
         for step in range(count):
@@ -627,6 +735,37 @@ def _value(value: str) -> str:
     if not isinstance(value, str):
         raise EtcdError(f"value {value!r}: must be a string; use put_json for data")
     return value
+
+
+def _idle(err: BaseException) -> bool:
+    """Whether a streaming read stopped because nothing came in time."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if "Read timed out" in str(seen) or isinstance(seen, requests.exceptions.ReadTimeout):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "Read timed out" in str(err.args)
+
+
+def _watch_batch(url: str, prefix: str, message: dict[str, Any]
+                 ) -> tuple[int, list[WatchEvent]] | None:
+    if "error" in message:
+        error = message["error"]
+        raise EtcdError(f"etcd at {url}: watch {prefix}*: "
+                        f"{error.get('message') or error}")
+    result = message.get("result") or {}
+    compacted = int(result.get("compact_revision", 0))
+    if compacted:
+        raise Compacted(f"etcd at {url}: watch {prefix}*: revisions before {compacted} are "
+                        "compacted", compacted)
+    events = [WatchEvent(kind=item.get("type", "PUT"),
+                         kv=KeyValue.from_gateway(item["kv"]),
+                         previous=KeyValue.from_gateway(item["prev_kv"])
+                         if item.get("prev_kv") else None)
+              for item in result.get("events") or []]
+    if result.get("created") and not events:
+        return None
+    return _revision(result), events
 
 
 def _prefix_range(prefix: str) -> dict[str, str]:

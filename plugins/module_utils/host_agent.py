@@ -58,6 +58,13 @@ class AgentConfig:
     address: str = ""
     ceph_addrs: list[str] = dataclasses.field(default_factory=list)
     reconcile: float = 10.0
+    # Renewals are far more frequent than ttl/3: the self-fence deadline counts from
+    # the last renewal that succeeded, and an etcd election on a busy machine can take
+    # two seconds, which must fit between that renewal and the deadline.
+    keepalive: float = 0.5
+    # After a self-fence, how long to wait for the evacuation's fence record before
+    # registering again anyway (when no HA watcher runs, say).
+    fence_wait: float = 60.0
     ca_cert: str | None = None
     client_cert: str | None = None
     client_key: str | None = None
@@ -83,7 +90,7 @@ class AgentConfig:
     def check(self, where: str) -> None:
         if isinstance(self.endpoints, str):
             self.endpoints = [e.strip() for e in self.endpoints.split(",") if e.strip()]
-        for name in ("ttl", "margin", "reconcile"):
+        for name in ("ttl", "margin", "reconcile", "keepalive", "fence_wait"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{where}: {name} must be a positive number of seconds, "
@@ -94,6 +101,9 @@ class AgentConfig:
         if self.margin >= self.ttl / 2:
             raise ConfigError(f"{where}: margin {self.margin} must be under half of ttl "
                               f"{self.ttl}, or the agent self-fences between keepalives")
+        if self.keepalive > self.ttl / 3:
+            raise ConfigError(f"{where}: keepalive {self.keepalive} must be at most a third "
+                              f"of ttl {self.ttl}")
         try:
             etcd_keys.alive_key(self.host, cluster=self.cluster)
         except ValueError as err:
@@ -140,6 +150,8 @@ class Agent:
         self.config = config
         self.clock = clock
         self.keys = {"alive": etcd_keys.alive_key(config.host, cluster=config.cluster),
+                     "registered": etcd_keys.registered_key(config.host,
+                                                            cluster=config.cluster),
                      "maintenance": etcd_keys.maintenance_key(config.host,
                                                               cluster=config.cluster),
                      "domains": etcd_keys.domains_prefix(config.host, cluster=config.cluster)}
@@ -151,14 +163,16 @@ class Agent:
         self.last_ok = 0.0
         self.disconnected = False
         self.fences: list[dict[str, Any]] = []  # self-fences not yet in the history
+        self.given_up = 0  # the lease of the last self-fence, until it is surely gone
         self.started = time.time()
 
     def _client(self) -> EtcdClient:
         c = self.config
-        # One request may try every endpoint; keep each try short against TTL/3.
+        # One request may try every endpoint in turn: a second each is enough for a
+        # loaded etcd, and short against the self-fence deadline.
         return EtcdClient(c.endpoints, ca_cert=c.ca_cert, client_cert=c.client_cert,
                           client_key=c.client_key, username=c.username, password=c.password,
-                          timeout=max(0.3, c.ttl / 8))
+                          timeout=min(1.0, c.ttl / 5))
 
     # -- heartbeat ----------------------------------------------------------------
 
@@ -177,6 +191,12 @@ class Agent:
         with self.lock:
             self.lease, self.last_ok, self.disconnected = lease.id, sent, False
         LOG.info("registered %s under lease %x", self.keys["alive"], lease.id)
+        # What fencing needs once the liveness key is gone: kept, not lease-bound.
+        facts = {k: v for k, v in self._alive_value().items()
+                 if k in ("address", "ceph_addrs", "boot_id", "agent_version")}
+        known = etcd.get(self.keys["registered"])
+        if known is None or _json(known.value) != facts:
+            etcd.put(self.keys["registered"], to_json(facts))
         marker = etcd.get(self.keys["maintenance"])
         if marker is not None and _by_agent(marker.value):
             # Written by this agent's own graceful stop; an operator's marker stays.
@@ -191,17 +211,19 @@ class Agent:
         self.wake_publisher.set()
 
     def heartbeat(self) -> None:
-        interval = self.config.ttl / 3
-        backoff = interval
+        interval = self.config.keepalive
+        backoff = self.config.ttl / 3
         etcd = self._client()
         while not self.leaving.is_set():
             with self.lock:
                 lease = self.lease
             sent = self.clock()
             try:
+                if not lease and self.given_up:
+                    self.after_self_fence(etcd)
                 if not lease:
                     self.register(etcd)
-                    backoff = interval
+                    backoff = self.config.ttl / 3
                 elif etcd.keepalive_once(lease) is None:
                     LOG.error("lease %x is gone from etcd: self-fencing now", lease)
                     with self.lock:
@@ -218,7 +240,7 @@ class Agent:
                     # Try again soon: the fencer's deadline is ttl - margin away from
                     # the last success, and an election takes about a second.
                     LOG.warning("keepalive failed: %s", err)
-                    self.stopping.wait(0.25)
+                    self.stopping.wait(0.1)
                 else:
                     LOG.warning("cannot register (again in %.0f s): %s", backoff, err)
                     self.stopping.wait(backoff)
@@ -226,6 +248,30 @@ class Agent:
                 continue
             self.stopping.wait(max(0.0, sent + interval - self.clock()))
         etcd.close()
+
+    def after_self_fence(self, etcd: EtcdClient) -> None:
+        """Look failed until the orchestrator has dealt with the HA VMs this host
+        destroyed: end the lease given up (if etcd still holds it, the self-fence was
+        a false alarm, but the VMs are down all the same), so that the watcher sees
+        the host go and evacuates it; register again once the evacuation has fenced
+        the host, or after `fence_wait`. With nothing destroyed there is nothing to
+        evacuate: it registers again at once."""
+        with self.lock:
+            destroyed = any(fence["destroyed"] for fence in self.fences)
+        if not destroyed:
+            self.given_up = 0
+            return
+        if etcd.revoke_lease(self.given_up):
+            LOG.warning("revoked lease %x, which outlived the self-fence, so that the HA "
+                        "watcher evacuates this host's HA VMs", self.given_up)
+        fence = etcd_keys.fence_key(self.config.host, cluster=self.config.cluster)
+        deadline = self.clock() + self.config.fence_wait
+        LOG.warning("waiting up to %.0f s for the evacuation to fence this host before "
+                    "registering again", self.config.fence_wait)
+        while etcd.get(fence) is None and self.clock() < deadline:
+            if self.leaving.wait(1.0):
+                return
+        self.given_up = 0
 
     # -- self-fence ---------------------------------------------------------------
 
@@ -263,7 +309,7 @@ class Agent:
             if first or destroyed:
                 self.fences.append({"at": done, "destroyed": destroyed})
             if first:
-                self.lease, self.disconnected = 0, True
+                self.given_up, self.lease, self.disconnected = self.lease, 0, True
 
     # -- domains ------------------------------------------------------------------
 
@@ -344,11 +390,16 @@ class Agent:
             self.stopping.set()
 
 
-def _by_agent(value: str) -> bool:
+def _json(value: str) -> Any:
     try:
-        return json.loads(value).get("by") == "agent"
-    except (ValueError, AttributeError):
-        return False
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _by_agent(value: str) -> bool:
+    data = _json(value)
+    return isinstance(data, dict) and data.get("by") == "agent"
 
 
 def _start_libvirt_event_loop() -> None:

@@ -116,6 +116,11 @@ class DomainRun:
                     f"{self.params['target_uri']}")
             return there  # already moved
         if here_active and self.params["state"] in ("running", "present"):
+            if there is not None:
+                # A definition left on the target by an earlier life of the VM there
+                # (it was evacuated from it, say): not running, and stale beside the
+                # copy that runs. libvirt refuses to migrate onto another UUID.
+                self._do("undefine stale definition on target", lv.undefine, there)
             moved = self._do("migrate live", lv.migrate_live, dom, target,
                              self.params["timeout"])
             return moved if moved is not None else there

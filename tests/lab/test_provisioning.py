@@ -4,12 +4,9 @@ disagrees."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import libvirt
 import pytest
@@ -21,12 +18,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.config_drive import 
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
 from yasco_lab import layout, storage
 
-from ..ansible_run import ROOT, run_playbook
-
-
-def playbook(name: str, inventory: Path, *args: str, **extra_vars):
-    return run_playbook(ROOT / "playbooks" / f"{name}.yml", str(inventory), *args,
-                        extra_vars=extra_vars or None)
+from .lab_cluster import history, make_inventory, playbook, records, running, vdm_of
 
 
 @pytest.fixture(name="cluster", scope="module")
@@ -39,12 +31,8 @@ def fixture_cluster(lab, tmp_path_factory):
            names["plain"]: {}, names["batch"]: {"preemptible": True},
            names["cidata"]: {"ha": True, "cloud_init": {
                "user_data": {"runcmd": ["echo provisioned"]}}}}
-    inventory = tmp_path_factory.mktemp("provisioning") / "inventory"
-    (inventory / "group_vars" / "all").mkdir(parents=True)
-    source = Path(lab["inventory"])
-    shutil.copy(source / "hosts.yml", inventory / "hosts.yml")
-    shutil.copy(source / "group_vars" / "all" / "lab.yml", inventory / "group_vars" / "all")
-    (inventory / "group_vars" / "all" / "vms.yml").write_text(yaml.safe_dump({"yasco_vms": vms}))
+    inventory = make_inventory(lab, tmp_path_factory.mktemp("provisioning") / "inventory",
+                               vms)
     rc, dummy = playbook("plan", inventory)
     assert rc == 0
     rc, dummy = playbook("provision", inventory)
@@ -52,36 +40,6 @@ def fixture_cluster(lab, tmp_path_factory):
     yield inventory, names
     for name in names.values():
         playbook("remove_vm", inventory, vm=name, delete_disk=name)
-
-
-def vdm_of(inventory: Path) -> dict:
-    return yaml.safe_load((inventory / "group_vars" / "all" / "yasco_vdm.yml").read_text())[
-        "yasco_vdm"]
-
-
-def running(lab) -> dict[str, list[str]]:
-    """VM name -> hosts whose libvirt runs it."""
-    out: dict[str, list[str]] = {}
-    for host in lab["hosts"]:
-        conn = libvirt.open(host["libvirt_uri"])
-        for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
-            out.setdefault(dom.name(), []).append(host["name"])
-        conn.close()
-    return out
-
-
-def records(lab) -> dict[str, dict]:
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
-        return {kv.key.rsplit("/", 1)[-1]: json.loads(kv.value)
-                for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=layout.CLUSTER_NAME))}
-
-
-def history(lab, kind: str, vms) -> list[dict]:
-    """The events of `kind` for `vms` in the lab cluster's history, oldest first."""
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
-        events = [json.loads(kv.value) for kv in etcd.get_prefix(
-            etcd_keys.history_prefix(cluster=layout.CLUSTER_NAME))]
-    return [e for e in events if e["kind"] == kind and e.get("vm") in vms]
 
 
 def test_provision_agrees_everywhere_and_a_rerun_changes_nothing(lab, cluster):

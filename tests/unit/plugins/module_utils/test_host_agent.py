@@ -31,8 +31,10 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
     ({"ttl": "5"}, "agent.yml: ttl must be a positive number of seconds, got '5'"),
     ({"margin": 0}, "agent.yml: margin must be a positive number of seconds, got 0"),
     ({"ceph_addrs": "10.0.0.1"}, "agent.yml: ceph_addrs must be a list of addresses"),
+    ({"keepalive": 2}, "agent.yml: keepalive 2 must be at most a third of ttl 5.0"),
     ({"tll": 5}, "agent.yml: unknown setting(s) tll; known: host, endpoints, cluster, ttl, "
-                 "margin, libvirt_uri, address, ceph_addrs, reconcile, ca_cert, "
+                 "margin, libvirt_uri, address, ceph_addrs, reconcile, keepalive, fence_wait, "
+                 "ca_cert, "
                  "client_cert, client_key, username, password"),
 ])
 def test_a_bad_setting_is_named(changes, message):

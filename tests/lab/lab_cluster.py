@@ -1,0 +1,97 @@
+"""What lab tests of playbooks share: an inventory of the lab with a set of VMs, the
+playbooks run against it, and where the VMs run by libvirt and by etcd."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+from pathlib import Path
+
+import libvirt
+import yaml
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab import layout
+
+from ..ansible_run import ROOT, run_playbook
+
+
+def playbook(name: str, inventory: Path, *args: str, **extra_vars):
+    return run_playbook(ROOT / "playbooks" / f"{name}.yml", str(inventory), *args,
+                        extra_vars=extra_vars or None)
+
+
+def make_inventory(lab: dict, inventory: Path, vms: dict) -> Path:
+    """The lab's inventory at `inventory`, with `vms` as yasco_vms."""
+    (inventory / "group_vars" / "all").mkdir(parents=True)
+    source = Path(lab["inventory"])
+    shutil.copy(source / "hosts.yml", inventory / "hosts.yml")
+    shutil.copy(source / "group_vars" / "all" / "lab.yml", inventory / "group_vars" / "all")
+    (inventory / "group_vars" / "all" / "vms.yml").write_text(yaml.safe_dump({"yasco_vms": vms}))
+    return inventory
+
+
+def vdm_of(inventory: Path) -> dict:
+    return yaml.safe_load((inventory / "group_vars" / "all" / "yasco_vdm.yml").read_text())[
+        "yasco_vdm"]
+
+
+def running(lab) -> dict[str, list[str]]:
+    """VM name -> hosts whose libvirt runs it (hosts that do not answer left out)."""
+    out: dict[str, list[str]] = {}
+    for host in lab["hosts"]:
+        try:  # probes the host first: a dead one fails within the second
+            conn = lv.connect(host["libvirt_uri"], 1.0)
+        except lv.LibvirtAdapterError:
+            continue
+        try:
+            for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
+                out.setdefault(dom.name(), []).append(host["name"])
+        finally:
+            conn.close()
+    return out
+
+
+def records(lab) -> dict[str, dict]:
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        return {kv.key.rsplit("/", 1)[-1]: json.loads(kv.value)
+                for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=layout.CLUSTER_NAME))}
+
+
+def history(lab, kind: str, vms=None) -> list[dict]:
+    """The events of `kind` (for `vms` when given) in the lab cluster's history,
+    oldest first."""
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        events = [json.loads(kv.value) for kv in etcd.get_prefix(
+            etcd_keys.history_prefix(cluster=layout.CLUSTER_NAME))]
+    return [e for e in events if e["kind"] == kind and (vms is None or e.get("vm") in vms)]
+
+
+def wait_for(what: str, condition, timeout: float, every: float = 0.05, check=None):
+    """Poll `condition` until it is true and return it; `check()`, an invariant, runs
+    at every poll."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check is not None:
+            check()
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def etcd_leader(lab) -> str:
+    """The hypervisor whose etcd member leads, from the members' own status."""
+    for host in lab["hosts"]:
+        request = urllib.request.Request(f"{host['etcd_client_url']}/v3/maintenance/status",
+                                         data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            status = json.load(reply)
+        if status["leader"] == status["header"]["member_id"]:
+            return host["name"]
+    raise AssertionError("no etcd leader")
