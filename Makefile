@@ -1,6 +1,6 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
-.PHONY: setup test demo lab-down bench-vdm bench-provision sanity
+.PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover sanity
 
 setup:
 	@scripts/bootstrap
@@ -10,6 +10,10 @@ test: setup
 
 demo: setup
 	@scripts/demo
+
+# The HA watcher in the foreground, on the lab unless INV= names an inventory.
+watch: setup
+	@scripts/watch
 
 lab-down: setup
 	.venv/bin/yasco-lab down
@@ -21,6 +25,10 @@ bench-vdm: setup
 # provision.yml against a naive loop on the lab (docs/provisioning.md).
 bench-provision: setup
 	.venv/bin/python benchmarks/provision.py
+
+# Crash to HA VMs running and writing again, with the HA watcher, on the lab (docs/ha.md).
+bench-failover: setup
+	.venv/bin/python benchmarks/failover.py
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup

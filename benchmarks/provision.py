@@ -41,14 +41,23 @@ def lab_status() -> dict:
     return json.loads(done.stdout)
 
 
-def inventory(lab: dict, count: int, where: Path) -> tuple[Path, list[str]]:
+def lab_inventory(lab: dict, where: Path, vms: dict, memory_mb: int,
+                  vm_defaults: dict | None = None) -> Path:
+    """The lab's inventory at `where` with `vms` (and `vm_defaults`), its hypervisors'
+    memory raised to `memory_mb` so that they all fit."""
     source = Path(lab["inventory"])
     (where / "group_vars" / "all").mkdir(parents=True)
     hosts = yaml.safe_load((source / "hosts.yml").read_text())
     for hv in hosts["all"]["children"]["yasco_hypervisors"]["hosts"].values():
-        hv["yasco_capacity"] = {"vcpus": 64, "memory_mb": 16384}
+        hv["yasco_capacity"] = {"vcpus": 64, "memory_mb": memory_mb}
     (where / "hosts.yml").write_text(yaml.safe_dump(hosts))
     shutil.copy(source / "group_vars" / "all" / "lab.yml", where / "group_vars" / "all")
+    settings = {"yasco_vms": vms, **({"yasco_vm_defaults": vm_defaults} if vm_defaults else {})}
+    (where / "group_vars" / "all" / "vms.yml").write_text(yaml.safe_dump(settings))
+    return where
+
+
+def inventory(lab: dict, count: int, where: Path) -> tuple[Path, list[str]]:
     names = [f"bench{i:02d}" for i in range(count)]
     vms = {}
     for i, name in enumerate(names):
@@ -56,9 +65,7 @@ def inventory(lab: dict, count: int, where: Path) -> tuple[Path, list[str]]:
     # No kernel and a blank disk: the guest stops in firmware at once, so the figures
     # measure provisioning, not TCG guests booting on two cores.
     defaults = {"memory_mb": 64, "vcpus": 1, "disk_gb": 1}
-    (where / "group_vars" / "all" / "vms.yml").write_text(
-        yaml.safe_dump({"yasco_vms": vms, "yasco_vm_defaults": defaults}))
-    return where, names
+    return lab_inventory(lab, where, vms, 16384, defaults), names
 
 
 def ansible_playbook(playbook: Path, inv: Path) -> float:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
+    EvacuationError, plan as evacuation)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
     RebalanceError, plan_moves, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
@@ -70,8 +72,16 @@ def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CL
         raise AnsibleFilterError(f"cannot rebalance: {err}") from err
 
 
+def evacuation_plan(status, vdm, items, cluster=etcd_keys.DEFAULT_CLUSTER):
+    """The evacuation of every failed hypervisor (see module_utils/evacuation.py)."""
+    try:
+        return evacuation(status or {}, vdm or {}, items or [], cluster)
+    except (EvacuationError, ValueError) as err:
+        raise AnsibleFilterError(f"cannot evacuate: {err}") from err
+
+
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
                 "rebalance_waves": rebalance_waves, "vdm_version_key": vdm_version_key,
-                "vm_records_prefix": vm_records_prefix}
+                "vm_records_prefix": vm_records_prefix, "evacuation_plan": evacuation_plan}

@@ -56,19 +56,29 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         if alive is not None and alive.lease:
             lease = etcd.lease_info(alive.lease, keys=False)
             ttl = lease.ttl if lease else None
-        domains, why = _running_domains(name, uri, params["connect_timeout"])
-        if domains is None:
-            problems.append(f"{name}: libvirt cannot be reached ({why})")
+        maintenance = etcd.get(etcd_keys.maintenance_key(name, cluster=cluster)) is not None
+        if params["domains_from"] == "agents":
+            domains = {kv.key.rsplit("/", 1)[-1]: (from_json(kv.value, kv.key) or {}).get(
+                "state", "running")
+                for kv in etcd.get_prefix(etcd_keys.domains_prefix(name, cluster=cluster))}
+            reachable = "published" if alive is not None else "not alive"
+        else:
+            domains, why = _running_domains(name, uri, params["connect_timeout"])
+            reachable = "reachable" if domains is not None else "unreachable"
+            if domains is None:
+                problems.append(f"{name}: libvirt cannot be reached ({why})")
         for dom, state in (domains or {}).items():
             seen.setdefault(dom, []).append((name, state))
+        registered = etcd.get(etcd_keys.registered_key(name, cluster=cluster))
         hosts.append({
             "name": name,
+            "uri": uri,
+            "registered": from_json(registered.value, registered.key) if registered else None,
             "alive": alive is not None,
             "lease_ttl": ttl,
             "fenced": etcd.get(etcd_keys.fence_key(name, cluster=cluster)) is not None,
-            "maintenance": etcd.get(etcd_keys.maintenance_key(name, cluster=cluster))
-            is not None,
-            "libvirt": "reachable" if domains is not None else "unreachable",
+            "maintenance": maintenance,
+            "libvirt": reachable,
             "domains": sorted(domains or {}),
         })
     records = {kv.key.rsplit("/", 1)[-1]: from_json(kv.value, kv.key)
@@ -89,7 +99,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                             "it runs nowhere")
         vms.append({"name": name, "home": vdm.get("home", {}).get(name),
                     "recorded_host": record.get("host"), "recorded_state": record.get("state"),
-                    "running_on": running, "kind": kinds.get(name, "")})
+                    "running_on": running, "kind": kinds.get(name, ""),
+                    "record": records.get(name)})
     host_table = _table([[h["name"], "yes" if h["alive"] else "NO",
                           "-" if h["lease_ttl"] is None else h["lease_ttl"],
                           "yes" if h["fenced"] else "no", "yes" if h["maintenance"] else "no",

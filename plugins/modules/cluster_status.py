@@ -29,6 +29,18 @@ options:
     description: The VDM (C(yasco_vdm)), for homes and kinds.
     type: dict
     default: {}
+  domains_from:
+    description:
+      - Where to learn which domains run on each hypervisor.
+      - V(libvirt) asks every hypervisor's libvirt, which is the truth but waits up to
+        O(connect_timeout) on a dead host.
+      - V(agents) reads what the host agents publish in etcd, which vanishes with a
+        host's lease and never waits on a dead host. The evacuation uses it. Each
+        hypervisor's C(libvirt) is then V(published), or V(not alive).
+    type: str
+    choices: [libvirt, agents]
+    default: libvirt
+    version_added: 0.2.0
   events:
     description: How many of the latest events of the cluster's history to show.
     type: int
@@ -64,14 +76,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 hypervisors:
-  description: Per hypervisor, C(name), C(alive), C(lease_ttl), C(fenced),
-    C(maintenance), C(libvirt) (reachable or not) and C(domains).
+  description: Per hypervisor, C(name), C(uri), C(registered) (what its agent last
+    registered, such as C(address) and C(ceph_addrs), or null), C(alive),
+    C(lease_ttl), C(fenced), C(maintenance), C(libvirt) (reachable or not) and
+    C(domains).
   returned: success
   type: list
   elements: dict
 vms:
-  description: Per VM, C(name), C(kind), C(home), C(recorded_host), C(recorded_state)
-    and C(running_on) (hosts where libvirt runs it).
+  description: Per VM, C(name), C(kind), C(home), C(recorded_host), C(recorded_state),
+    C(record) (its whole etcd record, or null) and C(running_on) (hosts where libvirt
+    runs it).
   returned: success
   type: list
   elements: dict
@@ -109,6 +124,8 @@ def main():
             cluster={"type": "str", "default": "yasco"},
             vdm={"type": "dict", "default": {}},
             events={"type": "int", "default": 10},
+            domains_from={"type": "str", "default": "libvirt",
+                          "choices": ["libvirt", "agents"]},
             connect_timeout={"type": "float", "default": 10.0},
         ),
         supports_check_mode=True,

@@ -1,0 +1,201 @@
+"""Benchmark failover on the lab: how long from a hypervisor crash to its HA VMs
+running, and writing, on their planned targets.
+
+    make bench-failover    # or: .venv/bin/python benchmarks/failover.py [--vms 12] [--runs 3]
+
+Brings the lab up if it is not, provisions N HA canary VMs spread over its three
+hypervisors, and runs the HA watcher (scripts/watch). Each run crashes one hypervisor
+(in turn) and prints its timeline, then boots it again, lifts its fence and moves the
+VMs home with playbooks/rebalance.yml. The last table gives the median of each phase
+and the lease's TTL beside it: the agent's lease has to expire before anything can
+react, so the TTL is the floor no design with these settings can beat.
+
+Phases, all from the crash:
+- lease expired: the host's liveness key is gone from etcd (this script watches it);
+- event: the watcher emits host_down (its log);
+- fenced: the evacuation has recorded the fence (`fences/<host>`, written once every
+  OSD enforces the blocklist, with the claims);
+- running: the VM's domain runs on its target (its agent publishes it in etcd);
+- writing: the canary's first write from its new copy (on its RBD disk).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / ".venv" / "bin"
+sys.path.insert(0, str(ROOT / "collections"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient  # noqa: E402
+from provision import lab_inventory, lab_status  # noqa: E402
+from yasco_lab import hypervisor, layout, storage  # noqa: E402
+
+CLUSTER = layout.CLUSTER_NAME
+
+
+def run(*command: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env=env,
+                          check=False)
+    if check and done.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:3])} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    return done
+
+
+def playbook(name: str, inventory: Path, *extra: str) -> None:
+    run(str(BIN / "ansible-playbook"), "-i", str(inventory), f"playbooks/{name}.yml", *extra)
+
+
+def inventory(lab: dict, count: int, where: Path) -> tuple[Path, list[str]]:
+    names = [f"fo{i:02d}" for i in range(count)]
+    vms = {name: {"ha": True, "home": f"hv{i % 3 + 1}"} for i, name in enumerate(names)}
+    return lab_inventory(lab, where, vms, 8192), names
+
+
+def wait(what: str, condition, timeout: float, every: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise SystemExit(f"{what}: not within {timeout} s")
+
+
+def watcher_event_time(log: Path, host: str, since: float) -> float | None:
+    for line in log.read_text(errors="replace").splitlines():
+        if f"host_down: {host}" in line:
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            at = stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+            if at >= since:
+                return at
+    return None
+
+
+def one_run(etcd: EtcdClient, lab: dict, inv: Path, vdm: dict, host: str,
+            log: Path) -> dict[str, float]:
+    moving = sorted(n for n, h in vdm["home"].items() if h == host)
+    targets = vdm["failover"][host]
+    last_seq = {n: storage.canary_records(n)[-1] for n in moving}
+    subprocess.run([str(BIN / "yasco-lab"), "crash", host], check=True, capture_output=True)
+    crashed = time.time()
+    wait("lease expiry", lambda: etcd.get(etcd_keys.alive_key(host, cluster=CLUSTER)) is None,
+         30)
+    expired = time.time()
+    running: dict[str, float] = {}
+    fenced: list[float] = []
+
+    def all_running() -> bool:
+        if not fenced and etcd.get(etcd_keys.fence_key(host, cluster=CLUSTER)) is not None:
+            fenced.append(time.time())
+        for name in moving:
+            if name not in running:
+                kv = etcd.get(etcd_keys.domain_key(targets[name], name, cluster=CLUSTER))
+                if kv is not None and '"running"' in kv.value:
+                    running[name] = time.time()
+        return len(running) == len(moving)
+
+    wait("HA VMs running", all_running, 180, every=0.1)
+    writing: dict[str, float] = {}
+
+    def all_writing() -> bool:
+        for name in moving:
+            if name not in writing:
+                new = [r for r in storage.canary_records(name) if r.writer != last_seq[name].writer
+                       and r.seq > last_seq[name].seq]
+                if new:
+                    writing[name] = min(r.timestamp for r in new)
+        return len(writing) == len(moving)
+
+    wait("canaries writing", all_writing, 300, every=1)
+    event = watcher_event_time(log, host, crashed - 1)
+    return {"lease expired": expired - crashed,
+            "event": (event - crashed) if event else float("nan"),
+            "fenced": fenced[0] - crashed,
+            "first running": min(running.values()) - crashed,
+            "all running": max(running.values()) - crashed,
+            "all writing": max(writing.values()) - crashed,
+            "vms": len(moving)}
+
+
+def restore(lab: dict, inv: Path, host: str) -> None:
+    subprocess.run([str(BIN / "yasco-lab"), "boot", host], check=True, capture_output=True)
+    address = next(h["address"] for h in lab["hosts"] if h["name"] == host)
+    play = inv.parent / "unfence.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"yasco.cluster.ceph_fence": {"addresses": [address], "state": "absent",
+                                      "conf": "{{ yasco_ceph_conf }}",
+                                      "keyring": "{{ yasco_ceph_keyring }}",
+                                      "client": "{{ yasco_ceph_client }}"}},
+        {"yasco.cluster.etcd_key": {"key": etcd_keys.fence_key(host, cluster=CLUSTER),
+                                    "state": "absent",
+                                    "endpoints": "{{ yasco_etcd_endpoints }}"}}]}]))
+    run(str(BIN / "ansible-playbook"), "-i", str(inv), str(play))
+    # The VMs left behind on the crashed host are defined there but not running.
+    playbook("rebalance", inv)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--vms", type=int, default=12)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    lab = lab_status()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="yasco-failover-") as scratch:
+        inv, names = inventory(lab, args.vms, Path(scratch) / "inventory")
+        playbook("plan", inv)
+        playbook("provision", inv)
+        vdm = yaml.safe_load((inv / "group_vars" / "all" / "yasco_vdm.yml").read_text())[
+            "yasco_vdm"]
+        wait("canaries writing", lambda: all(len(storage.canary_records(n)) >= 2
+                                             for n in names), 600, every=2)
+        log = Path(scratch) / "watcher.log"
+        watcher = subprocess.Popen([str(ROOT / "scripts" / "watch")], cwd=ROOT,
+                                   env={**os.environ, "INV": str(inv)},
+                                   stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        time.sleep(8)
+        try:
+            with EtcdClient(lab["etcd_endpoints"]) as etcd:
+                for index in range(args.runs):
+                    host = f"hv{index % 3 + 1}"
+                    row = one_run(etcd, lab, inv, vdm, host, log)
+                    rows.append((host, row))
+                    print(f"run {index + 1}: crash {host}: " + ", ".join(
+                        f"{k} {v:.1f}" if k != "vms" else f"{v} VMs" for k, v in row.items()),
+                        flush=True)
+                    restore(lab, inv, host)
+        finally:
+            os.killpg(watcher.pid, signal.SIGTERM)
+            watcher.wait(timeout=30)
+            for name in names:
+                playbook("remove_vm", inv, "-e", f"vm={name}", "-e", f"delete_disk={name}")
+    phases = [k for k in rows[0][1] if k != "vms"]
+    print(f"\n{args.vms} HA canary VMs on 3 lab hypervisors, one crashed per run; seconds "
+          f"from the crash, median of {len(rows)} runs; agent lease ttl "
+          f"{hypervisor.AGENT_TTL:g} s")
+    print(f"{'phase':<16} {'median s':>9} {'min s':>7} {'max s':>7}  {'vs ttl':>7}")
+    for phase in phases:
+        values = [row[phase] for dummy, row in rows]
+        median = statistics.median(values)
+        print(f"{phase:<16} {median:>9.1f} {min(values):>7.1f} {max(values):>7.1f}  "
+              f"{median / hypervisor.AGENT_TTL:>6.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""yasco.cluster.etcd_hosts: hypervisor failures and returns, from etcd, for
+ansible-rulebook.
+
+Two threads talk to etcd, each on its own client: one watches the cluster's hosts/
+prefix and hands every change to the event loop; one holds (or waits for) the
+watchers' leader lease. The event loop turns changes into events, and only the
+leader emits them, so several watchers can run for redundancy and a host's failure
+is evacuated once. A new leader first resyncs: every hypervisor that is down while
+etcd still records VMs running on it is reported, so a failure seen by no leader (the
+old one died with it) is not lost.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+short_description: Hypervisor failures and returns, from the YASCO agents' etcd leases
+description:
+  - Watches C(/yasco/<cluster>/hosts/) in etcd and emits an event when a hypervisor's
+    liveness key disappears because its lease expired (C(host_down)), when a host
+    registers again (C(host_up)), and when an operator marks a host for maintenance
+    (C(maintenance)).
+  - A liveness key removed by the agent's planned stop, which writes a maintenance
+    marker first, is no failure and emits nothing.
+  - Hosts failing within O(settle) seconds of each other are reported in one
+    C(host_down) event, so that one evacuation handles them all.
+  - Never loses a change. The watch resumes from the last revision seen after any
+    break, on the next endpoint. After a restart or a compaction, or when this watcher
+    becomes the leader, it resyncs: every hypervisor that is down while etcd still
+    records VMs running on it is reported again.
+  - Several watchers may run at once. Only the holder of the watchers' leader lease
+    emits events; another takes over within O(leader_ttl) seconds when it dies.
+  - Transient errors (etcd unreachable, an election, a broken stream) are logged and
+    retried; the source never exits because of them.
+  - Each event is C({"yasco": {...}}) with C(type), C(hosts) (the hosts it is about),
+    C(down) (every hypervisor down now), C(cluster), C(revision), C(at), C(resync) and
+    C(watcher).
+options:
+  endpoints:
+    description: etcd's client URLs.
+    type: list
+    elements: str
+    required: true
+  cluster:
+    description: The cluster's name (C(yasco_cluster_name)).
+    type: str
+    default: yasco
+  hosts:
+    description: The hypervisors to watch; by default every host registered in etcd.
+    type: list
+    elements: str
+  settle:
+    description:
+      - Seconds to wait after a failure for others that belong with it. The agents'
+        leases expire within their renewal interval of each other when hosts fail
+        together. A failure that comes later triggers another evacuation, of the
+        whole failed set again.
+    type: float
+    default: 0.5
+  leader_ttl:
+    description: The watchers' leader lease, in seconds.
+    type: int
+    default: 5
+  name:
+    description: This watcher's name in the leader key; by default host name and pid.
+    type: str
+  ca_cert:
+    description: The CA of etcd's server certificates, for https endpoints.
+    type: str
+  client_cert:
+    description: A client certificate, when etcd requires one.
+    type: str
+  client_key:
+    description: Its key.
+    type: str
+  username:
+    description: The etcd user.
+    type: str
+  password:
+    description: Its password.
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: YASCO HA watcher
+  hosts: localhost
+  sources:
+    - yasco.cluster.etcd_hosts:
+        endpoints: "{{ yasco_etcd_endpoints }}"
+        cluster: "{{ yasco_cluster_name }}"
+  rules:
+    - name: Evacuate failed hypervisors
+      condition: event.yasco.type == "host_down"
+      action:
+        run_playbook:
+          name: yasco.cluster.evacuate
+          extra_vars:
+            yasco_failed_hosts: "{{ event.yasco.down }}"
+"""
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+try:
+    from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+except ImportError:  # ansible-rulebook runs this file by path, outside any package
+    for parent in Path(__file__).absolute().parents:
+        if parent.name == "ansible_collections":
+            sys.path.insert(0, str(parent.parent))
+            break
+    from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+    Compacted, EtcdClient, EtcdError, WatchEvent, to_json)
+
+LOG = logging.getLogger("yasco.cluster.etcd_hosts")
+# VM record states that mean a VM is meant to run where its record says.
+ACTIVE = ("running", "starting", "migrating")
+RETRY = 1.0
+
+
+def _client(args: dict[str, Any], timeout: float) -> EtcdClient:
+    return EtcdClient(args["endpoints"], ca_cert=args.get("ca_cert"),
+                      client_cert=args.get("client_cert"), client_key=args.get("client_key"),
+                      username=args.get("username"), password=args.get("password"),
+                      timeout=timeout)
+
+
+class Watcher:
+    """One watcher; `run(queue)` forever."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        if not args.get("endpoints"):
+            raise ValueError("yasco.cluster.etcd_hosts: endpoints is required")
+        self.args = args
+        self.cluster = args.get("cluster") or etcd_keys.DEFAULT_CLUSTER
+        self.hosts = set(args.get("hosts") or [])
+        self.settle = float(args.get("settle", 0.5))
+        self.ttl = int(args.get("leader_ttl", 5))
+        self.name = args.get("name") or f"{socket.gethostname()}-{os.getpid()}"
+        self.prefix = etcd_keys.hosts_prefix(cluster=self.cluster)
+        self.leader_key = f"{etcd_keys.cluster_prefix(self.cluster)}watchers/leader"
+        self.stop = threading.Event()
+        self.leader = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.inbox: asyncio.Queue | None = None
+
+    def _post(self, item: tuple) -> None:
+        assert self.loop is not None and self.inbox is not None
+        self.loop.call_soon_threadsafe(self.inbox.put_nowait, item)
+
+    # -- threads --------------------------------------------------------------------
+
+    def watch_thread(self) -> None:
+        """Hand every change under hosts/ to the event loop, resuming after breaks."""
+        etcd = _client(self.args, timeout=max(1.0, self.ttl / 4))
+        revision = 0
+        while not self.stop.is_set():
+            try:
+                if revision == 0:
+                    revision = etcd.revision() + 1
+                    self._post(("resync", revision - 1))
+                for seen, events in etcd.watch_prefix(self.prefix, revision, idle=self.ttl):
+                    revision = max(revision, seen + 1)
+                    if events:
+                        self._post(("changes", seen, events))
+                etcd.revision()  # quiet for a while: make sure this member still leads
+            except Compacted as err:
+                LOG.warning("%s; resyncing", err)
+                revision = 0
+            except EtcdError as err:
+                LOG.warning("watching %s: %s; resuming from revision %d", self.prefix, err,
+                            revision)
+                self.stop.wait(RETRY)
+                try:
+                    etcd.revision()  # moves to an endpoint that answers
+                except EtcdError:
+                    pass
+            except Exception:  # pylint: disable=broad-except  # a watcher must not stop
+                LOG.exception("watching %s failed unexpectedly; resuming from revision %d",
+                              self.prefix, revision)
+                self.stop.wait(RETRY)
+
+    def leader_thread(self) -> None:
+        """Hold the watchers' leader lease, or wait for it to be free."""
+        etcd = _client(self.args, timeout=max(0.5, self.ttl / 8))
+        lease, last_ok = 0, 0.0
+        while not self.stop.is_set():
+            sent = time.monotonic()
+            try:
+                if not lease:
+                    granted = etcd.grant_lease(self.ttl)
+                    swap = etcd.put_if(self.leader_key, to_json(
+                        {"watcher": self.name, "since": timestamp()}),
+                        mod_revision=0, lease=granted.id)
+                    if swap.succeeded:
+                        lease, last_ok = granted.id, sent
+                        self.leader = True
+                        LOG.info("%s leads the watchers", self.name)
+                        self._post(("leader",))
+                    else:
+                        etcd.revoke_lease(granted.id)
+                elif etcd.keepalive_once(lease) is not None:
+                    last_ok = sent
+                else:
+                    raise EtcdError("the leader lease expired")
+            except EtcdError as err:
+                LOG.warning("leader lease: %s", err)
+            except Exception:  # pylint: disable=broad-except  # a watcher must not stop
+                LOG.exception("leader lease: unexpected failure")
+            # Step down before the lease can have expired, as the host agents do.
+            if lease and time.monotonic() > last_ok + self.ttl * 0.6:
+                LOG.warning("%s steps down: no keepalive for %.1f s", self.name,
+                            time.monotonic() - last_ok)
+                self.leader, lease = False, 0
+            self.stop.wait(self.ttl / 3)
+
+    # -- the event loop ---------------------------------------------------------------
+
+    async def run(self, queue: asyncio.Queue) -> None:
+        self.loop, self.inbox = asyncio.get_running_loop(), asyncio.Queue()
+        threads = [threading.Thread(target=self.watch_thread, name="etcd-watch", daemon=True),
+                   threading.Thread(target=self.leader_thread, name="etcd-leader",
+                                    daemon=True)]
+        for thread in threads:
+            thread.start()
+        reader = _client(self.args, timeout=max(1.0, self.ttl / 4))
+        pending: set[str] = set()
+        revision = 0
+        try:
+            while True:
+                try:
+                    timeout = self.settle if pending else None
+                    item = await asyncio.wait_for(self.inbox.get(), timeout)
+                except asyncio.TimeoutError:
+                    await self._emit_down(queue, reader, pending, revision, resync=False)
+                    pending = set()
+                    continue
+                if item[0] in ("leader", "resync"):
+                    if self.leader:
+                        await self._emit_down(queue, reader, set(), revision, resync=True)
+                    continue
+                revision = item[1]
+                for event in item[2]:
+                    await self._change(queue, reader, event, pending, revision)
+        finally:
+            self.stop.set()
+            reader.close()
+
+    async def _change(self, queue, reader: EtcdClient, event: WatchEvent,
+                      pending: set[str], revision: int) -> None:
+        parsed = etcd_keys.parse_key(event.kv.key, cluster=self.cluster)
+        if parsed is None or (self.hosts and parsed.host not in self.hosts):
+            return
+        if parsed.kind == "alive" and event.kind == "DELETE":
+            marker = await asyncio.to_thread(
+                reader.get, etcd_keys.maintenance_key(parsed.host, cluster=self.cluster))
+            if marker is None:
+                LOG.warning("%s: liveness key gone (lease expired)", parsed.host)
+                pending.add(parsed.host)
+            else:
+                LOG.info("%s: stopped in maintenance, no failure", parsed.host)
+        elif parsed.kind == "alive" and (event.previous is None
+                                         or event.previous.lease != event.kv.lease):
+            pending.discard(parsed.host)
+            await self._emit(queue, "host_up", [parsed.host], revision, reader,
+                             details={"registration": event.kv.json()})
+        elif parsed.kind == "maintenance" and event.kind == "PUT":
+            record = _json(event.kv.value)
+            if not (isinstance(record, dict) and record.get("by") == "agent"):
+                await self._emit(queue, "maintenance", [parsed.host], revision, reader,
+                                 details={"marker": record})
+
+    async def _emit_down(self, queue, reader: EtcdClient, hosts: set[str], revision: int,
+                         resync: bool) -> None:
+        down = await asyncio.to_thread(self._down, reader)
+        if resync:
+            hosts = set(await asyncio.to_thread(self._down_with_vms, reader))
+        else:
+            hosts = hosts & set(down)  # not those back within `settle`
+        if hosts:
+            await self._emit(queue, "host_down", sorted(hosts), revision, reader,
+                             resync=resync, down=down)
+
+    async def _emit(self, queue, kind: str, hosts: list[str], revision: int,
+                    reader: EtcdClient, resync: bool = False, down: list[str] | None = None,
+                    details: dict[str, Any] | None = None) -> None:
+        if not self.leader:
+            LOG.info("not the leader: %s %s left to the leader", kind, ", ".join(hosts))
+            return
+        if down is None:
+            down = await asyncio.to_thread(self._down, reader)
+        payload = {"type": kind, "hosts": hosts, "down": down, "cluster": self.cluster,
+                   "revision": revision, "at": timestamp(), "resync": resync,
+                   "watcher": self.name, **(details or {})}
+        LOG.warning("%s: %s", kind, ", ".join(hosts))
+        await queue.put({"yasco": payload})
+
+    # -- reading etcd (in a thread) ---------------------------------------------------
+
+    def _state(self, reader: EtcdClient) -> dict[str, dict[str, bool]]:
+        """Per known hypervisor: registered, alive, in maintenance."""
+        found = reader.get_prefixes([self.prefix])[self.prefix]
+        hosts: dict[str, dict[str, bool]] = {h: {} for h in self.hosts}
+        for kv in found:
+            parsed = etcd_keys.parse_key(kv.key, cluster=self.cluster)
+            if parsed and parsed.kind in etcd_keys.HOST_RECORDS:
+                if not self.hosts or parsed.host in self.hosts:
+                    hosts.setdefault(parsed.host, {})[parsed.kind] = True
+        return hosts
+
+    def _down(self, reader: EtcdClient) -> list[str]:
+        return sorted(h for h, keys in self._state(reader).items()
+                      if not keys.get("alive") and not keys.get("maintenance"))
+
+    def _down_with_vms(self, reader: EtcdClient) -> list[str]:
+        """The hypervisors down while etcd still records VMs running on them."""
+        down = set(self._down(reader))
+        records = reader.get_prefix(etcd_keys.vms_prefix(cluster=self.cluster))
+        busy: set[str] = set()
+        for record in (_json(kv.value) for kv in records):
+            if isinstance(record, dict) and record.get("state") in ACTIVE:
+                busy.add(record.get("host"))
+                # Claimed by an evacuation that did not finish starting it.
+                if record.get("state") == "starting":
+                    busy.add(record.get("from"))
+        return sorted(down & busy)
+
+
+def _json(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+async def main(queue: asyncio.Queue, args: dict[str, Any]) -> None:
+    """ansible-rulebook's entry point."""
+    await Watcher(args).run(queue)
+
+
+if __name__ == "__main__":
+    # Try it by hand: python etcd_hosts.py http://10.213.0.11:2379 lab
+    class PrintQueue:
+        async def put(self, event: dict[str, Any]) -> None:
+            print(event, flush=True)
+
+    logging.basicConfig(level=logging.INFO)
+    asyncio.run(main(PrintQueue(), {"endpoints": sys.argv[1].split(","),
+                                    "cluster": sys.argv[2] if len(sys.argv) > 2 else "yasco"}))

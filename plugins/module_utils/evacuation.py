@@ -1,0 +1,147 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What an evacuation does, worked out from the cluster as it is now (cluster_status),
+the VDM and each VM's provisioning item. Pure Python, no I/O; playbooks/evacuate.yml
+carries it out step by step.
+
+etcd is the truth about which hosts failed: a hypervisor whose liveness key is gone
+and that is not in maintenance. Every step is stated so that a rerun, after a crash
+halfway or alongside a concurrent run, does what is left and nothing twice:
+- a VM's claim compares its record as it was read, so only one run claims it;
+- a VM whose record already names its target (claimed by an earlier run) is started
+  there again, which libvirt makes a no-op if it runs;
+- a VM whose record names a host that is alive is left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
+
+# Record states that mean "this VM is meant to run on the recorded host".
+ACTIVE = ("running", "starting", "migrating")
+
+
+class EvacuationError(Exception):
+    """The inputs cannot be evacuated as they are; the message says why."""
+
+
+def failed_hosts(status: dict[str, Any]) -> list[str]:
+    """Hypervisors etcd sees as failed: no liveness key, and not in maintenance."""
+    return sorted(h["name"] for h in status.get("hypervisors", [])
+                  if not h.get("alive") and not h.get("maintenance"))
+
+
+def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]],
+         cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[str, Any]:
+    """The evacuation of every failed hypervisor, as one failure set."""
+    if not isinstance(vdm, dict) or "home" not in vdm:
+        raise EvacuationError("no VDM: plan one with playbooks/plan.yml")
+    failed = failed_hosts(status)
+    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
+    unknown = sorted(set(failed) - set(vdm.get("hosts", {})))
+    if unknown:
+        raise EvacuationError(f"{', '.join(unknown)}: not in the VDM; re-plan with the "
+                              "current hypervisors")
+    by_name = {item["name"]: item for item in items}
+    vms = {vm["name"]: vm for vm in status.get("vms", [])}
+    kinds = {name: entry.get("kind") for name, entry in vdm.get("vms", {}).items()}
+    failover = failover_for(vdm, failed) if failed else {"targets": {}, "preempt": [],
+                                                         "down": [], "planned": True}
+    start: list[dict[str, Any]] = []
+    down: list[dict[str, Any]] = []
+    settled: list[str] = []
+    for name in sorted(vms):
+        record = vms[name].get("record") or {}
+        where = record.get("host")
+        kind = kinds.get(name)
+        if kind != "ha" or name not in by_name:
+            if where in failed and record.get("state") in ACTIVE:
+                down.append(_marked_down(name, record, cluster))
+            continue
+        if where in failed and record.get("state") in ACTIVE:
+            target = failover["targets"].get(name)
+            home = vdm["home"].get(name)
+            if target is None and home not in failed:
+                target = home  # it was away from home, and home is up
+            if target is None:
+                down.append(_marked_down(name, record, cluster))
+                continue
+            start.append(_start(by_name[name], record, target, hosts, cluster, claim=True))
+        elif record.get("from") in failed and record.get("state") == "starting":
+            # Claimed by an earlier run that stopped before starting it.
+            start.append(_start(by_name[name], record, where, hosts, cluster, claim=False))
+        elif (record.get("state") == "running" and vdm["home"].get(name) in failed
+              and where not in failed):
+            settled.append(name)  # evacuated already (or never at home)
+    preempt = [_preempt(name, vms.get(name, {}), hosts, cluster)
+               for name in failover["preempt"]
+               if vms.get(name, {}).get("running_on")]
+    start.sort(key=lambda s: (-s["priority"], s["vm"]))
+    return {
+        "failed": failed,
+        "planned": failover.get("planned", True),
+        "fence": [{"host": h, "addresses": _ceph_addrs(hosts.get(h, {}))} for h in failed],
+        "fence_records": [{"key": etcd_keys.fence_key(h, cluster=cluster),
+                           "value": {"by": "evacuate", "method": "ceph-blocklist",
+                                     "ceph_addrs": _ceph_addrs(hosts.get(h, {})),
+                                     "boot_id": (hosts.get(h, {}).get("registered") or {})
+                                     .get("boot_id")}} for h in failed],
+        "images": sorted({image for s in start for image in s["images"]}),
+        "preempt": preempt,
+        "start": start,
+        "targets": sorted({s["to"] for s in start}),
+        "down": down,
+        "left_down": list(failover.get("down", [])),
+        "settled": settled,
+        "events": [{"kind": "fenced", "host": h,
+                    "details": {"ceph_addrs": _ceph_addrs(hosts.get(h, {}))}} for h in failed]
+        + [{"kind": "preempted", "vm": p["vm"], "host": p["host"]} for p in preempt],
+    }
+
+
+def _ceph_addrs(host: dict[str, Any]) -> list[str]:
+    registered = host.get("registered") or {}
+    if registered.get("ceph_addrs"):
+        return list(registered["ceph_addrs"])
+    return [registered["address"]] if registered.get("address") else []
+
+
+def _start(item: dict[str, Any], record: dict[str, Any], target: str,
+           hosts: dict[str, Any], cluster: str, claim: bool) -> dict[str, Any]:
+    key = etcd_keys.vm_key(item["name"], cluster=cluster)
+    source = record.get("host") if claim else record.get("from")
+    starting = {"host": target, "state": "starting", "from": source}
+    disks = [d["rbd"] for d in item["domain"]["spec"].get("disks", []) if d.get("rbd")]
+    return {
+        "vm": item["name"], "from": source, "to": target,
+        "uri": hosts.get(target, {}).get("uri") or item["uri"],
+        "priority": item.get("priority", 0), "images": disks,
+        "domain": item["domain"],
+        "claim": {"key": key, "value": starting, "if_value": record} if claim else None,
+        # The same shape as provisioning's, which rebalance and return home compare.
+        "record": {"key": key, "value": {"host": target, "state": "running"},
+                   "if_value": starting},
+        "event": {"vm": item["name"], "host": target, "details": {"from": source}},
+    }
+
+
+def _marked_down(name: str, record: dict[str, Any], cluster: str) -> dict[str, Any]:
+    return {"vm": name, "host": record.get("host"),
+            "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
+                       "value": {"host": record.get("host"), "state": "down"},
+                       "if_value": record}}
+
+
+def _preempt(name: str, vm: dict[str, Any], hosts: dict[str, Any],
+             cluster: str) -> dict[str, Any]:
+    host = vm["running_on"][0]
+    record = vm.get("record") or {}
+    return {"vm": name, "host": host,
+            "domain": {"name": name, "uri": hosts.get(host, {}).get("uri")},
+            "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
+                       "value": {"host": host, "state": "preempted"},
+                       **({"if_value": record} if record else {})}}

@@ -1,0 +1,251 @@
+"""The HA watcher on the lab: two ansible-rulebook watchers (rulebooks/ha.yml, the
+yasco.cluster.etcd_hosts source) over canary VMs provisioned from a planned VDM.
+A crashed or partitioned hypervisor's HA VMs run again on their planned targets,
+started once, never twice at a time, and each canary carries on from its last
+durable write; killing the etcd leader evacuates nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab import etcd as lab_etcd
+from yasco_lab import lab as lab_verbs
+from yasco_lab import layout, storage
+from yasco_lab.lab import LabState
+
+from ..ansible_run import ROOT, local_play, run_playbook
+from .conftest import yasco_lab
+from .lab_cluster import (etcd_leader, history, make_inventory, playbook, records, running,
+                          vdm_of, wait_for)
+
+BOOT = 180  # seconds for canary guests to boot under TCG on a loaded 2-core machine
+EVACUATE = 120  # seconds from a failure to every HA VM running again, generously
+
+
+def start_watcher(inventory: Path, log: Path) -> subprocess.Popen:
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([str(ROOT / "scripts" / "watch")], cwd=ROOT, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "INV": str(inventory)})
+
+
+def stop_watcher(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def writers(name: str) -> list[tuple[str, int, int]]:
+    """The canary's writers in disk order: (writer, first seq, last seq)."""
+    runs: list[list] = []
+    for record in storage.canary_records(name):
+        if runs and runs[-1][0] == record.writer:
+            runs[-1][2] = record.seq
+        else:
+            runs.append([record.writer, record.seq, record.seq])
+    return [tuple(run) for run in runs]
+
+
+def assert_writers_follow_each_other(name: str) -> None:
+    """Each copy of the canary picked up where the last one stopped: its sequence
+    numbers never go back, and no two copies' writes interleave."""
+    runs = writers(name)
+    assert len({w for w, dummy, dummy2 in runs}) == len(runs), f"{name}: interleaved {runs}"
+    for (dummy, dummy2, last), (dummy3, first, dummy4) in zip(runs, runs[1:]):
+        # The next copy resumes right after the last write that reached the disk.
+        assert first == last + 1, f"{name}: sequence did not resume: {runs}"
+
+
+def unfence(inventory: Path, address: str) -> None:
+    """Lift a fence the way an operator does (return home will, in time)."""
+    task = {"name": "unfence", "yasco.cluster.ceph_fence": {
+        "addresses": [address], "state": "absent", "conf": "{{ yasco_ceph_conf }}",
+        "keyring": "{{ yasco_ceph_keyring }}", "client": "{{ yasco_ceph_client }}"}}
+    rc, (result,) = run_playbook(local_play(task), str(inventory),
+                                 tmp_path=inventory.parent)
+    assert rc == 0, result
+
+
+def no_vm_twice(lab):
+    """An invariant to check at every poll: no VM runs on two hosts."""
+    def check() -> None:
+        for name, hosts in running(lab).items():
+            assert len(hosts) <= 1, f"{name} RUNS TWICE, on {hosts}"
+    return check
+
+
+def address_of(lab, host: str) -> str:
+    return next(h["address"] for h in lab["hosts"] if h["name"] == host)
+
+
+@pytest.fixture(name="ha", scope="module")
+def fixture_ha(lab, tmp_path_factory):
+    """Two HA canaries, a plain and a preemptible one homed on hv1, a preemptible one on
+    hv2, provisioned and running; two watchers running. Put back afterwards."""
+    scratch = tmp_path_factory.mktemp("ha")
+    suffix = uuid.uuid4().hex[:6]
+    names = {kind: f"{kind}-{suffix}" for kind in ("ha1", "ha2", "plain", "batch")}
+    vms = {names["ha1"]: {"ha": True, "home": "hv1", "priority": 5},
+           names["ha2"]: {"ha": True, "home": "hv1"},
+           names["plain"]: {"home": "hv1"},
+           names["batch"]: {"preemptible": True, "home": "hv2"}}
+    inventory = make_inventory(lab, scratch / "inventory", vms)
+    rc, dummy = playbook("plan", inventory)
+    assert rc == 0
+    rc, results = playbook("provision", inventory)
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    for name in (names["ha1"], names["ha2"]):
+        wait_for(f"{name} writing", lambda n=name: len(storage.canary_records(n)) >= 3, BOOT,
+                 every=1)
+    watchers = [start_watcher(inventory, scratch / f"watcher{i}.log") for i in (1, 2)]
+    time.sleep(8)  # both up, one leading
+    for index, proc in enumerate(watchers, start=1):
+        log = (scratch / f"watcher{index}.log").read_text(errors="replace")
+        assert proc.poll() is None, f"watcher {index} exited:\n{log[-3000:]}"
+    yield {"inventory": inventory, "names": names, "scratch": scratch, "watchers": watchers,
+           "vdm": vdm_of(inventory)}
+    for proc in watchers:
+        stop_watcher(proc)
+    for host in lab_verbs.status()["hosts"]:
+        if host["state"] == "partitioned":
+            yasco_lab("heal", host["name"])
+        elif host["state"] == "crashed":
+            yasco_lab("boot", host["name"])
+    for host in lab["hosts"]:
+        unfence(inventory, host["address"])
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        etcd.delete_prefix(etcd_keys.fences_prefix(cluster=layout.CLUSTER_NAME))
+    for name in names.values():
+        playbook("remove_vm", inventory, vm=name, delete_disk=name)
+
+
+def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha):
+    names, vdm = ha["names"], ha["vdm"]
+    targets = vdm["failover"]["hv1"]
+    ha_vms = [names["ha1"], names["ha2"]]
+    before = {n: writers(n)[-1][2] for n in ha_vms}
+    yasco_lab("crash", "hv1")
+    crashed = time.monotonic()
+    wait_for("HA VMs running on their targets",
+             lambda: all(running(lab).get(n) == [targets[n]] for n in ha_vms),
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    print(f"\nHA VMs of hv1 running on {targets} {time.monotonic() - crashed:.1f} s after "
+          "the crash")
+    stored = records(lab)
+    for name in ha_vms:
+        assert stored[name] == {"host": targets[name], "state": "running"}
+    assert stored[names["plain"]] == {"host": "hv1", "state": "down"}
+    preempted = vdm["preempt"].get("hv1", [])
+    for name in preempted:
+        assert stored[name]["state"] == "preempted" and name not in running(lab)
+    # One evacuation, though two watchers saw the failure.
+    assert sorted(e["vm"] for e in history(lab, "evacuated", ha_vms)) == sorted(ha_vms)
+    for name in ha_vms:
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][2] > before[n] + 3, BOOT,
+                 every=1)
+        assert_writers_follow_each_other(name)
+    # Run again by hand: nothing left to do, nothing started twice.
+    rc, results = playbook("evacuate", ha["inventory"])
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    assert [r for r in results if r.get("changed")] == []
+    assert len(history(lab, "evacuated", ha_vms)) == 2
+    yasco_lab("boot", "hv1")
+    wait_for("hv1 registered again", lambda: "hv1" not in down_hosts(lab), 60, every=0.5)
+    unfence(ha["inventory"], address_of(lab, "hv1"))
+    # Home again, live, over the stale definitions hv1 kept (return home, by hand).
+    rc, results = playbook("rebalance", ha["inventory"])
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    for name in ha_vms:
+        assert running(lab)[name] == ["hv1"] and records(lab)[name]["host"] == "hv1"
+        assert_writers_follow_each_other(name)
+
+
+def down_hosts(lab) -> set[str]:
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        alive = {etcd_keys.parse_key(kv.key, cluster=layout.CLUSTER_NAME).host
+                 for kv in etcd.get_prefix(etcd_keys.hosts_prefix(cluster=layout.CLUSTER_NAME))
+                 if kv.key.endswith("/alive")}
+    return {h["name"] for h in lab["hosts"]} - alive
+
+
+def test_killing_the_etcd_leader_evacuates_nothing(lab, ha):
+    fences_before = len(history(lab, "fenced"))
+    leader = etcd_leader(lab)
+    state = LabState.load()
+    node = state.node(leader)
+    node.run("pkill", "-KILL", "-x", "etcd")
+    try:
+        time.sleep(15)
+        assert down_hosts(lab) == set()
+        assert len(history(lab, "fenced")) == fences_before
+    finally:
+        host = next(h for h in state.layouts() if h.name == leader)
+        node.start_daemon(*lab_etcd.member_command(host, state.layouts()),
+                          log=host.root / "log" / "etcd.log")
+        lab_etcd.wait_healthy([host], timeout=30)
+
+
+def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab, ha):
+    names, vdm = ha["names"], ha["vdm"]
+    where = records(lab)
+    refuge = where[names["ha1"]]["host"]
+    moving = [n for n in (names["ha1"], names["ha2"]) if where[n]["host"] == refuge]
+    before = {n: writers(n)[-1][2] for n in moving}
+    yasco_lab("partition", refuge)
+    try:
+        wait_for(f"{moving} running again off {refuge}",
+                 lambda: all(running(lab).get(n) and running(lab)[n] != [refuge]
+                             for n in moving), EVACUATE, every=0.5, check=no_vm_twice(lab))
+    finally:
+        yasco_lab("heal", refuge)
+    wait_for(f"{refuge} registered again", lambda: refuge not in down_hosts(lab), 60, every=0.5)
+    for n in moving:
+        # Its planned target, or home when it was away from home.
+        expected = (vdm["failover"][refuge][n] if vdm["home"][n] == refuge
+                    else vdm["home"][n])
+        assert records(lab)[n]["host"] == expected
+        wait_for(f"{n} writing again", lambda n=n: writers(n)[-1][2] > before[n] + 3, BOOT,
+                 every=1)
+        assert_writers_follow_each_other(n)
+    no_vm_twice(lab)()
+    unfence(ha["inventory"], address_of(lab, refuge))
+
+
+def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(lab, ha):
+    """As if the watcher died right after claiming: a watcher started afresh resyncs,
+    finds VMs claimed for a host that is down, and finishes the evacuation."""
+    names = ha["names"]
+    for proc in ha["watchers"]:
+        stop_watcher(proc)
+    host = records(lab)[names["ha1"]]["host"]
+    moving = [n for n in (names["ha1"], names["ha2"]) if records(lab)[n]["host"] == host]
+    yasco_lab("crash", host)
+    wait_for(f"{host} down", lambda: host in down_hosts(lab), 30, every=0.2)
+    rc, results = playbook("evacuate", ha["inventory"], "--tags", "fence")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    claimed = records(lab)
+    assert all(claimed[n]["state"] == "starting" and claimed[n]["from"] == host
+               for n in moving), claimed
+    assert not any(running(lab).get(n) for n in moving)
+    ha["watchers"][:] = [start_watcher(ha["inventory"], ha["scratch"] / "watcher3.log")]
+    wait_for("the claimed VMs running", lambda: all(
+        running(lab).get(n) == [claimed[n]["host"]] for n in moving), EVACUATE, every=0.5,
+        check=no_vm_twice(lab))
+    for n in moving:
+        assert records(lab)[n] == {"host": claimed[n]["host"], "state": "running"}
+    yasco_lab("boot", host)
+    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    unfence(ha["inventory"], address_of(lab, host))

@@ -1,0 +1,106 @@
+"""What an evacuation does (module_utils/evacuation.py), from a cluster status, a VDM
+and provisioning items written out by hand. Carried out on the lab by
+tests/lab/test_ha.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
+    EvacuationError, plan)
+
+VDM = {
+    "version": 3,
+    "hosts": {h: {"vcpus": 8, "memory_mb": 8192} for h in ("hv1", "hv2", "hv3")},
+    "vms": {"web": {"kind": "ha", "priority": 1, "vcpus": 1, "memory_mb": 512},
+            "db": {"kind": "ha", "priority": 5, "vcpus": 1, "memory_mb": 512},
+            "plain": {"kind": "plain", "vcpus": 1, "memory_mb": 512},
+            "batch": {"kind": "preemptible", "vcpus": 1, "memory_mb": 512}},
+    "home": {"web": "hv1", "db": "hv1", "plain": "hv1", "batch": "hv2"},
+    "failover": {"hv1": {"web": "hv2", "db": "hv3"}, "hv2": {}, "hv3": {},
+                 "hv1,hv2": {"web": "hv3", "db": "hv3"}},
+    "preempt": {"hv1": ["batch"]},
+}
+URIS = {h: f"qemu+libssh://root@{h}/system" for h in ("hv1", "hv2", "hv3")}
+
+
+def item(name: str) -> dict:
+    return {"name": name, "uri": URIS[VDM["home"][name]],
+            "priority": VDM["vms"][name].get("priority", 0),
+            "domain": {"name": name, "spec": {"vcpus": 1, "memory_mb": 512, "kind": "ha",
+                                              "disks": [{"rbd": f"yasco/{name}"}]}}}
+
+
+ITEMS = [item(n) for n in VDM["home"]]
+
+
+def status(alive=("hv2", "hv3"), maintenance=(), records=None, running=None) -> dict:
+    records = records or {n: {"host": h, "state": "running"} for n, h in VDM["home"].items()}
+    running = running if running is not None else {n: [h] for n, h in VDM["home"].items()}
+    return {
+        "hypervisors": [{"name": h, "uri": URIS[h], "alive": h in alive,
+                         "maintenance": h in maintenance,
+                         "registered": {"address": f"10.0.0.{i}",
+                                        "ceph_addrs": [f"10.1.0.{i}"]}}
+                        for i, h in enumerate(("hv1", "hv2", "hv3"), start=1)],
+        "vms": [{"name": n, "record": records.get(n), "running_on": running.get(n, [])}
+                for n in VDM["home"]],
+    }
+
+
+def test_a_failed_host_is_fenced_and_its_ha_vms_claimed_for_their_targets():
+    done = plan(status(), VDM, ITEMS, "c1")
+    assert done["failed"] == ["hv1"] and done["planned"]
+    assert done["fence"] == [{"host": "hv1", "addresses": ["10.1.0.1"]}]
+    assert done["images"] == ["yasco/db", "yasco/web"]
+    # Highest priority first, each claimed only if its record is still as read.
+    assert [(s["vm"], s["from"], s["to"], s["uri"]) for s in done["start"]] == [
+        ("db", "hv1", "hv3", URIS["hv3"]), ("web", "hv1", "hv2", URIS["hv2"])]
+    claim = done["start"][0]["claim"]
+    assert claim == {"key": "/yasco/c1/vms/db",
+                     "value": {"host": "hv3", "state": "starting", "from": "hv1"},
+                     "if_value": {"host": "hv1", "state": "running"}}
+    assert done["start"][0]["record"]["if_value"] == claim["value"]
+    assert [(p["vm"], p["host"]) for p in done["preempt"]] == [("batch", "hv2")]
+    assert [(d["vm"], d["record"]["value"]) for d in done["down"]] == [
+        ("plain", {"host": "hv1", "state": "down"})]
+
+
+def test_a_rerun_starts_what_an_earlier_run_claimed_and_reports_what_it_finished():
+    records = {"web": {"host": "hv2", "state": "starting", "from": "hv1"},
+               "db": {"host": "hv3", "state": "running"},
+               "plain": {"host": "hv1", "state": "down"},
+               "batch": {"host": "hv2", "state": "preempted"}}
+    done = plan(status(records=records, running={"db": ["hv3"]}), VDM, ITEMS)
+    assert [(s["vm"], s["to"], s["claim"]) for s in done["start"]] == [("web", "hv2", None)]
+    assert done["settled"] == ["db"]
+    assert done["preempt"] == [] and done["down"] == []
+
+
+def test_nothing_to_do_when_no_host_failed_or_the_missing_one_is_in_maintenance():
+    for cluster in (status(alive=("hv1", "hv2", "hv3")),
+                    status(alive=("hv2", "hv3"), maintenance=("hv1",))):
+        done = plan(cluster, VDM, ITEMS)
+        assert done["failed"] == [] and done["start"] == [] and done["fence"] == []
+
+
+def test_a_vm_away_from_home_goes_home_when_only_its_refuge_fails():
+    records = {**{n: {"host": h, "state": "running"} for n, h in VDM["home"].items()},
+               "web": {"host": "hv2", "state": "running"}}
+    done = plan(status(alive=("hv1", "hv3"), records=records), VDM, ITEMS)
+    assert done["failed"] == ["hv2"]
+    assert [(s["vm"], s["to"]) for s in done["start"]] == [("web", "hv1")]
+
+
+def test_two_failed_hosts_are_one_failure_set():
+    done = plan(status(alive=("hv3",)), VDM, ITEMS)
+    assert done["failed"] == ["hv1", "hv2"]
+    assert sorted((s["vm"], s["to"]) for s in done["start"]) == [("db", "hv3"), ("web", "hv3")]
+    assert sorted(d["vm"] for d in done["down"]) == ["batch", "plain"]
+
+
+def test_a_failed_host_missing_from_the_vdm_is_refused():
+    cluster = status()
+    cluster["hypervisors"].append({"name": "hv9", "alive": False})
+    with pytest.raises(EvacuationError, match="hv9: not in the VDM; re-plan"):
+        plan(cluster, VDM, ITEMS)
