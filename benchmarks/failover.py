@@ -181,10 +181,22 @@ def main() -> None:
                         flush=True)
                     restore(lab, inv, host)
         finally:
+            # Cleaning up must not hide why a run stopped: boot what is down, and
+            # report a removal that fails instead of raising.
             os.killpg(watcher.pid, signal.SIGTERM)
             watcher.wait(timeout=30)
+            for host in lab_status()["hosts"]:
+                if host["state"] != "running":
+                    subprocess.run([str(BIN / "yasco-lab"),
+                                    "heal" if host["state"] == "partitioned" else "boot",
+                                    host["name"]], check=False, capture_output=True)
             for name in names:
-                playbook("remove_vm", inv, "-e", f"vm={name}", "-e", f"delete_disk={name}")
+                done = run(str(BIN / "ansible-playbook"), "-i", str(inv),
+                           "playbooks/remove_vm.yml", "-e", f"vm={name}", "-e",
+                           f"delete_disk={name}", check=False)
+                if done.returncode != 0:
+                    print(f"could not remove {name}: remove it with playbooks/remove_vm.yml",
+                          file=sys.stderr)
     phases = [k for k in rows[0][1] if k != "vms"]
     print(f"\n{args.vms} HA canary VMs on 3 lab hypervisors, one crashed per run; seconds "
           f"from the crash, median of {len(rows)} runs; agent lease ttl "
