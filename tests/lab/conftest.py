@@ -59,6 +59,9 @@ def lab() -> dict:
         lab_verbs.down(log=lambda _: None)
     except LabError:
         pass  # nothing was up
+    # Taken again now that a lab left over from earlier is gone, for the same reason.
+    NAMESPACES_BEFORE_LAB.clear()
+    NAMESPACES_BEFORE_LAB.update(network_namespaces())
     yasco_lab("up")
     yield lab_verbs.status()
     try:
