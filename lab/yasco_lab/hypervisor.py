@@ -133,7 +133,9 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     start_agent(node, host, cluster)
 
 
-AGENT_TTL = 5.0
+# Longer than the product's 5 s: an etcd election on this two-core machine, loaded by
+# the test run, can outlast 5 - 1.5 s and make a healthy agent self-fence.
+AGENT_TTL = 8.0
 AGENT_MARGIN = 1.5
 
 
