@@ -192,6 +192,15 @@ def to_json(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+def json_or_none(value: str) -> Any:
+    """`value` parsed as JSON, or None when it is not: for readers that must go on
+    past a record someone else wrote (the agent, the watcher)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
 def from_json(value: str, key: str) -> Any:
     try:
         return json.loads(value)

@@ -42,17 +42,17 @@ def module_argument_spec(**options: dict[str, Any]) -> dict[str, dict[str, Any]]
     return {**copy.deepcopy(ETCD_ARGUMENT_SPEC), **options}
 
 
-def run_module(module: AnsibleModule, task: Task, *, params: dict[str, Any] | None = None,
+def run_module(module: AnsibleModule, task: Task, *,
                refusal: Callable[[dict[str, Any]], str | None] | None = None,
                **context: Any) -> None:
     """Run a module: fail when etcd3gw is missing or `refusal(params)` names a problem
     with the options, else connect, run `task` and exit with its result (without its
     `diff` unless --diff). An EtcdError fails the task with its message and details.
-    `params` default to the module's; `context` goes into a failure's result."""
+    `context` goes into a failure's result."""
     if ETCD3GW_IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("etcd3gw"), exception=ETCD3GW_IMPORT_ERROR,
                          **context)
-    params = module.params if params is None else params
+    params = module.params
     problem = refusal(params) if refusal else None
     if problem:
         module.fail_json(msg=problem, **context)

@@ -36,11 +36,10 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    EtcdClient, EtcdError, to_json)
+    EtcdClient, EtcdError, json_or_none, to_json)
 
 VERSION = "0.2.0"
 LOG = logging.getLogger("yasco-agent")
-_ACTIVE = 1  # libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE, without importing libvirt here
 
 
 class ConfigError(Exception):
@@ -195,7 +194,7 @@ class Agent:
         facts = {k: v for k, v in self._alive_value().items()
                  if k in ("address", "ceph_addrs", "boot_id", "agent_version")}
         known = etcd.get(self.keys["registered"])
-        if known is None or _json(known.value) != facts:
+        if known is None or json_or_none(known.value) != facts:
             etcd.put(self.keys["registered"], to_json(facts))
         marker = etcd.get(self.keys["maintenance"])
         if marker is not None and _by_agent(marker.value):
@@ -295,7 +294,7 @@ class Agent:
         """Destroy every running HA domain; `first` when the deadline just passed
         (later calls catch HA domains started while still cut off)."""
         destroyed = []
-        for dom in conn.listAllDomains(_ACTIVE):
+        for dom in conn.listAllDomains(lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
             if lv.domain_kind(dom) == "ha":
                 dom.destroy()
                 destroyed.append(dom.name())
@@ -330,7 +329,8 @@ class Agent:
                     conn.domainEventRegisterAny(
                         None, lv.libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                         lambda *args: self.wake_publisher.set(), None)
-                running = {d.name(): lv.domain_state(d) for d in conn.listAllDomains(_ACTIVE)}
+                running = {d.name(): lv.domain_state(d) for d in conn.listAllDomains(
+                    lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)}
                 if current != lease:  # keys of an older lease: stale, or gone with it
                     published, lease = {}, current
                     for kv in etcd.get_prefix(self.keys["domains"]):
@@ -390,15 +390,8 @@ class Agent:
             self.stopping.set()
 
 
-def _json(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None
-
-
 def _by_agent(value: str) -> bool:
-    data = _json(value)
+    data = json_or_none(value)
     return isinstance(data, dict) and data.get("by") == "agent"
 
 

@@ -102,7 +102,6 @@ EXAMPLES = r"""
 """
 
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -123,11 +122,10 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    Compacted, EtcdClient, EtcdError, WatchEvent, to_json)
+    Compacted, EtcdClient, EtcdError, WatchEvent, json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import ACTIVE
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
-# VM record states that mean a VM is meant to run where its record says.
-ACTIVE = ("running", "starting", "migrating")
 RETRY = 1.0
 
 
@@ -278,7 +276,7 @@ class Watcher:
             await self._emit(queue, "host_up", [parsed.host], revision, reader,
                              details={"registration": event.kv.json()})
         elif parsed.kind == "maintenance" and event.kind == "PUT":
-            record = _json(event.kv.value)
+            record = json_or_none(event.kv.value)
             if not (isinstance(record, dict) and record.get("by") == "agent"):
                 await self._emit(queue, "maintenance", [parsed.host], revision, reader,
                                  details={"marker": record})
@@ -330,20 +328,13 @@ class Watcher:
         down = set(self._down(reader))
         records = reader.get_prefix(etcd_keys.vms_prefix(cluster=self.cluster))
         busy: set[str] = set()
-        for record in (_json(kv.value) for kv in records):
+        for record in (json_or_none(kv.value) for kv in records):
             if isinstance(record, dict) and record.get("state") in ACTIVE:
                 busy.add(record.get("host"))
                 # Claimed by an evacuation that did not finish starting it.
                 if record.get("state") == "starting":
                     busy.add(record.get("from"))
         return sorted(down & busy)
-
-
-def _json(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None
 
 
 async def main(queue: asyncio.Queue, args: dict[str, Any]) -> None:
