@@ -201,12 +201,16 @@ def main() -> None:
     print(f"\n{args.vms} HA canary VMs on 3 lab hypervisors, one crashed per run; seconds "
           f"from the crash, median of {len(rows)} runs; agent lease ttl "
           f"{hypervisor.AGENT_TTL:g} s")
-    print(f"{'phase':<16} {'median s':>9} {'min s':>7} {'max s':>7}  {'vs ttl':>7}")
+    # What YASCO does starts when the lease expires; before that, etcd decides (and a
+    # leader election when the crashed host ran etcd's leader renews every lease).
+    print(f"{'phase':<16} {'median s':>9} {'min s':>7} {'max s':>7}  {'vs ttl':>7}  "
+          f"{'after expiry':>12}")
     for phase in phases:
         values = [row[phase] for dummy, row in rows]
         median = statistics.median(values)
+        after = statistics.median(row[phase] - row["lease expired"] for dummy, row in rows)
         print(f"{phase:<16} {median:>9.1f} {min(values):>7.1f} {max(values):>7.1f}  "
-              f"{median / hypervisor.AGENT_TTL:>6.1f}x")
+              f"{median / hypervisor.AGENT_TTL:>6.1f}x  {after:>12.1f}")
 
 
 if __name__ == "__main__":

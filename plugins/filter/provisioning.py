@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
-    EvacuationError, plan as evacuation)
+    EvacuationError, plan as evacuation, without_held)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
     RebalanceError, plan_moves, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
@@ -80,8 +80,15 @@ def evacuation_plan(status, vdm, items, cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"cannot evacuate: {err}") from err
 
 
+def evacuation_fenced(evacuation, fence_result):
+    """The evacuation less the VMs whose disks a client the fence left alone holds."""
+    return without_held(evacuation or {"start": []},
+                        (fence_result or {}).get("locks_kept") or [])
+
+
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
                 "rebalance_waves": rebalance_waves, "vdm_version_key": vdm_version_key,
-                "vm_records_prefix": vm_records_prefix, "evacuation_plan": evacuation_plan}
+                "vm_records_prefix": vm_records_prefix, "evacuation_plan": evacuation_plan,
+                "evacuation_fenced": evacuation_fenced}

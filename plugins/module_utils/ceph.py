@@ -23,6 +23,7 @@ import math
 import re
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -96,6 +97,12 @@ class Cluster:
     def close(self) -> None:
         self.rados.shutdown()
 
+    def fencing(self) -> None:
+        """Images opened from now on break locks without blocklisting their owners
+        (librbd's default, a map change per lock): for a caller that has blocklisted
+        them already, and waited for the OSDs."""
+        self.rados.conf_set("rbd_blocklist_on_break_lock", "false")
+
     def __enter__(self) -> Cluster:
         return self
 
@@ -135,6 +142,14 @@ class Cluster:
 
     def blocklist_add(self, address: str, expire: float) -> None:
         self.mon("osd blocklist", blocklistop="add", addr=address, expire=float(expire))
+
+    def blocklist_add_all(self, addresses: list[str], expire: float) -> None:
+        """Blocklist every address, the commands sent together: the monitors then
+        commit them in one OSD map, where one after the other would each wait for a
+        map (up to paxos_propose_interval, 1 s by default)."""
+        with ThreadPoolExecutor(max_workers=min(8, len(addresses) or 1)) as pool:
+            for done in [pool.submit(self.blocklist_add, a, expire) for a in addresses]:
+                done.result()
 
     def blocklist_remove(self, address: str) -> None:
         self.mon("osd blocklist", blocklistop="rm", addr=address)
@@ -266,7 +281,21 @@ def image_locks(image) -> list[dict[str, str]]:
     return locks
 
 
+def lock_address(lock: dict[str, str]) -> str:
+    """The client address (ip:port/nonce) that holds a lock from image_locks."""
+    return lock["owner"] if lock["kind"] == "exclusive" else lock["address"]
+
+
+def blocklisted(address: str, entries) -> bool:
+    """Whether blocklist `entries` cover the client `address`: the client itself, or
+    its whole IP (ip:0/0), as the OSDs match them."""
+    host = address.rsplit(":", 1)[0]
+    return address in entries or f"{host}:0/0" in entries
+
+
 def break_locks(image, locks: list[dict[str, str]]) -> None:
+    """Break the locks. With rbd_blocklist_on_break_lock off (Cluster.fencing), librbd
+    does not blocklist each owner again: the caller has blocklisted them all."""
     for lock in locks:
         try:
             if lock["kind"] == "exclusive":

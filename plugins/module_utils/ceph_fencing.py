@@ -38,18 +38,11 @@ class FenceRun:
             raise CephError("images: locks are only broken when fencing (state=present)")
         with ceph.connect(p) as cluster:
             before = cluster.blocklist()
-            result: dict[str, Any] = {"blocklisted": [], "unblocklisted": [], "locks_broken": []}
+            result: dict[str, Any] = {"blocklisted": [], "unblocklisted": [], "locks_broken": [],
+                                      "locks_kept": []}
             if p["state"] == "present":
-                for entry in entries:
-                    if entry not in before:
-                        self._do(f"blocklist {entry}", cluster.blocklist_add, entry,
-                                 p["expire"])
-                        result["blocklisted"].append(entry)
-                if not self.check_mode and entries:
-                    # Present is not enough: the OSDs must have the map that lists it.
-                    cluster.wait_for_osds(cluster.osdmap_epoch(), p["wait_timeout"])
-                for pool, name, dummy in images:
-                    result["locks_broken"] += self.break_locks(cluster, pool, name)
+                cluster.fencing()
+                self.fence(cluster, entries, images, before, result)
             else:
                 for entry in entries:
                     if entry in before:
@@ -63,14 +56,33 @@ class FenceRun:
                              - set(result["unblocklisted"])))},
                 **result}
 
-    def break_locks(self, cluster, pool: str, name: str) -> list[dict[str, str]]:
-        with cluster.opened(pool, name) as (dummy, image):
-            if image is None:
-                raise CephError(f"images: {pool}/{name} does not exist")
-            locks = ceph.image_locks(image)
-            if locks:
-                self._do(f"break locks of {pool}/{name}", ceph.break_locks, image, locks)
-            return [{"image": f"{pool}/{name}", **lock} for lock in locks]
+    def fence(self, cluster, entries: list[str], images: list[tuple], before: dict[str, str],
+              result: dict[str, Any]) -> None:
+        """Blocklist the addresses in one round; once every up OSD enforces it, break
+        the images' locks that fenced clients hold. A lock held by a client the fence
+        does not cover is kept: that client is alive elsewhere (a VM started by a
+        concurrent run), and breaking its lock would hand its disk to a second writer."""
+        adding = [entry for entry in entries if entry not in before]
+        for entry in adding:
+            self.actions.append(f"blocklist {entry}")
+        result["blocklisted"] = adding
+        if not self.check_mode and entries:
+            cluster.blocklist_add_all(adding, self.params["expire"])
+            # Present is not enough: the OSDs must have the map that lists it.
+            cluster.wait_for_osds(cluster.osdmap_epoch(), self.params["wait_timeout"])
+        fenced = set(entries) | set(before)
+        for pool, name, dummy in images:
+            with cluster.opened(pool, name) as (dummy2, image):
+                if image is None:
+                    raise CephError(f"images: {pool}/{name} does not exist")
+                locks = ceph.image_locks(image)
+                doomed = [lock for lock in locks
+                          if ceph.blocklisted(ceph.lock_address(lock), fenced)]
+                if doomed:
+                    self._do(f"break locks of {pool}/{name}", ceph.break_locks, image, doomed)
+            result["locks_broken"] += [{"image": f"{pool}/{name}", **lock} for lock in doomed]
+            result["locks_kept"] += [{"image": f"{pool}/{name}", **lock}
+                                     for lock in locks if lock not in doomed]
 
 
 class FenceInfo:

@@ -406,6 +406,14 @@ class EtcdClient:
                                repeatable=True)
         return [KeyValue.from_gateway(item) for item in result.get("kvs") or []]
 
+    def read_prefix(self, prefix: str) -> tuple[int, list[KeyValue]]:
+        """Every key starting with `prefix` and the store revision they were read at:
+        the starting point of a watch from the next revision that misses nothing."""
+        result = self._request(f"read {prefix}*", "/kv/range", _prefix_range(prefix),
+                               repeatable=True)
+        return _revision(result), [KeyValue.from_gateway(item)
+                                   for item in result.get("kvs") or []]
+
     def last_under(self, prefix: str, limit: int) -> list[KeyValue]:
         """The last `limit` keys starting with `prefix`, in key order, read without
         the ones before them."""
@@ -435,7 +443,12 @@ class EtcdClient:
         request = {"create_request": {**_prefix_range(prefix), "prev_kv": True,
                                       "start_revision": str(start_revision)}}
         try:
-            with member.session.post(member.gateway.get_url("/watch"), json=request,
+            url = member.gateway.get_url("/watch")  # asks the member its API version once
+        except gateway_errors.Etcd3Exception as err:
+            raise EtcdError(f"etcd at {member.url}: watch {prefix}*: unreachable "
+                            f"({_error_text(err) or type(err).__name__})") from None
+        try:
+            with member.session.post(url, json=request,
                                      stream=True, timeout=(member.timeouts[0], idle)) as reply:
                 if reply.status_code != 200:
                     raise EtcdError(f"etcd at {member.url}: watch {prefix}*: HTTP "

@@ -103,6 +103,25 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     }
 
 
+def without_held(evacuation: dict[str, Any], locks_kept: list[dict[str, Any]]
+                 ) -> dict[str, Any]:
+    """The evacuation less the VMs a live client elsewhere still holds a disk of
+    (ceph_fence's `locks_kept`): a concurrent run started them, or something runs
+    them that etcd does not know. They are neither claimed nor started, and are
+    reported in `held`."""
+    holders: dict[str, str] = {}
+    for lock in locks_kept or []:
+        holders.setdefault(lock["image"], lock.get("owner", "?"))
+    held = [{"vm": s["vm"], "images": {i: holders[i] for i in s["images"] if i in holders}}
+            for s in evacuation["start"] if any(i in holders for i in s["images"])]
+    if not held:
+        return {**evacuation, "held": []}
+    names = {h["vm"] for h in held}
+    start = [s for s in evacuation["start"] if s["vm"] not in names]
+    return {**evacuation, "start": start, "held": held,
+            "targets": sorted({s["to"] for s in start})}
+
+
 def _ceph_addrs(host: dict[str, Any]) -> list[str]:
     registered = host.get("registered") or {}
     if registered.get("ceph_addrs"):

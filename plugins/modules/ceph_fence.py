@@ -9,9 +9,13 @@ module: ceph_fence
 short_description: Fence clients or hosts off Ceph storage, and lift fences
 version_added: 0.1.0
 description:
-  - V(present) (fenced) adds an OSD blocklist entry for each of O(addresses), waits until every
-    up OSD enforces it, and then breaks the locks of O(images), so that another host
-    may open them. It returns exactly what it blocklisted and which locks it broke.
+  - V(present) (fenced) adds an OSD blocklist entry for each of O(addresses), all in one
+    OSD map, waits until every up OSD enforces them, and then breaks the locks of
+    O(images) that fenced clients hold, so that another host may open the images. It
+    returns exactly what it blocklisted and which locks it broke.
+  - A lock held by a client that the fence does not cover is kept and returned in
+    RV(locks_kept): that client is alive (for instance a VM started elsewhere by a
+    concurrent evacuation), and its disk must not get a second writer.
   - An address is one client (C(ip:port/nonce), as an image's watchers show it), a
     host (an IP address, which covers every client on it) or a CIDR range (expanded to
     its addresses; at most 256).
@@ -95,6 +99,13 @@ unblocklisted:
   elements: str
 locks_broken:
   description: The locks this run broke, each with C(image), C(kind) and C(owner).
+  returned: always
+  type: list
+  elements: dict
+locks_kept:
+  description:
+    - The locks of O(images) held by clients the fence does not cover, left in place;
+      each with C(image), C(kind) and C(owner).
   returned: always
   type: list
   elements: dict

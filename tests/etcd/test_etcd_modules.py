@@ -141,7 +141,7 @@ def test_of_two_concurrent_writers_on_one_revision_only_one_wins(etcd, prefix, t
 
 def test_a_key_bound_to_a_lease_goes_with_it(etcd, prefix, playbook):
     key = f"{prefix}hosts/hv1/alive"
-    ttl = 4  # long enough for the tasks after the grant to see the lease, whatever the load
+    ttl = 8  # long enough for the tasks after the grant to see the lease, whatever the load
     run = playbook([
         {**lease_task("grant", ttl=ttl), "register": "granted"},
         key_task("bind", key=key, value="up", lease="{{ granted.id }}"),

@@ -3,6 +3,8 @@ Ceph, run through ansible-playbook from the controller as an operator runs them.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 
@@ -239,6 +241,44 @@ def test_a_host_fence_covers_every_client_on_it_until_lifted(lab, tmp_path):
     assert seen["fenced"] == [f"{host}:0/0"] and seen["not_fenced"] == []
     assert lifted["unblocklisted"] == [f"{host}:0/0"]
     assert gone["fenced"] == [] and gone["not_fenced"] == [f"{host}:0/0"]
+
+
+HOLDER = """
+import sys, time, rados, rbd
+cluster = rados.Rados(conffile=sys.argv[1], name="client.admin")
+cluster.connect(timeout=10)
+image = rbd.Image(cluster.open_ioctx(sys.argv[2]), sys.argv[3])
+image.write(b"held", 0)  # takes the exclusive lock
+print(cluster.get_addrs(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_lock_held_by_a_client_the_fence_does_not_cover_is_kept(lab, image, tmp_path):
+    """A concurrent evacuation may have started the VM elsewhere already: its lock
+    holder is alive, and breaking the lock would give the disk a second writer."""
+    storage.create_image(image)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(layout.ceph_conf_path()),
+                               layout.CEPH_POOL, image], stdout=subprocess.PIPE, text=True)
+    other = lab["hosts"][2]["address"]  # hv3, which holds nothing of it
+    try:
+        assert holder.stdout.readline(), "the holder did not open the image"
+        fence = {"name": "fence", "yasco.cluster.ceph_fence": {
+            "addresses": [other], "images": [f"{layout.CEPH_POOL}/{image}"], "expire": 600}}
+        info = {"name": "info", "yasco.cluster.rbd_image_info": {
+            "pool": layout.CEPH_POOL, "name": image}}
+        rc, (fenced, after) = play(tmp_path, fence, info)
+        assert rc == 0, fenced.get("msg")
+        assert fenced["blocklisted"] == [f"{other}:0/0"]
+        assert fenced["locks_broken"] == []
+        owners = {lock["owner"] for lock in fenced["locks_kept"]}
+        assert owners and not any(owner in fenced["entries"] for owner in owners)
+        assert after["image"]["locks"], "the holder's lock is gone"
+    finally:
+        holder.kill()
+        holder.wait()
+        play(tmp_path, {"name": "lift", "yasco.cluster.ceph_fence": {
+            "state": "absent", "addresses": [other]}})
 
 
 def test_rollback_happens_only_when_the_image_differs_from_its_snapshot(lab, tmp_path):

@@ -122,7 +122,7 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    Compacted, EtcdClient, EtcdError, WatchEvent, json_or_none, to_json)
+    Compacted, EtcdClient, EtcdError, KeyValue, WatchEvent, json_or_none, to_json)
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import ACTIVE
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
@@ -137,12 +137,21 @@ def _client(args: dict[str, Any], timeout: float) -> EtcdClient:
 
 
 class Watcher:
-    """One watcher; `run(queue)` forever."""
+    """One watcher; `run(queue)` forever.
+
+    It keeps the hosts/ records (liveness, registration, maintenance) in memory: read
+    once, then kept current by the watch, so that nothing on the way from a lease's
+    expiry to the event waits on etcd. Every endpoint is watched at once, each by a
+    thread of its own, and a change counts when its revision first arrives: a member
+    that dies with a hypervisor (etcd often runs on them) delays nothing.
+    """
 
     def __init__(self, args: dict[str, Any]) -> None:
         if not args.get("endpoints"):
             raise ValueError("yasco.cluster.etcd_hosts: endpoints is required")
         self.args = args
+        self.endpoints = (args["endpoints"].split(",") if isinstance(args["endpoints"], str)
+                          else list(args["endpoints"]))
         self.cluster = args.get("cluster") or etcd_keys.DEFAULT_CLUSTER
         self.hosts = set(args.get("hosts") or [])
         self.settle = float(args.get("settle", 0.5))
@@ -154,6 +163,13 @@ class Watcher:
         self.leader = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.inbox: asyncio.Queue | None = None
+        # The hosts/ records as of revision `applied`; 0 until the first read.
+        self.records: dict[str, KeyValue] = {}
+        self.applied = 0
+        # Hosts whose liveness key went while this watcher looked, even with no
+        # record left; forgotten when they register again or are taken out.
+        self.lost: set[str] = set()
+        self.ready = threading.Event()
 
     def _post(self, item: tuple) -> None:
         assert self.loop is not None and self.inbox is not None
@@ -161,34 +177,34 @@ class Watcher:
 
     # -- threads --------------------------------------------------------------------
 
-    def watch_thread(self) -> None:
-        """Hand every change under hosts/ to the event loop, resuming after breaks."""
-        etcd = _client(self.args, timeout=max(1.0, self.ttl / 4))
-        revision = 0
+    def stream_thread(self, endpoint: str) -> None:
+        """Hand every change under hosts/ seen through `endpoint` to the event loop,
+        resuming after breaks from what the loop has applied."""
+        etcd = _client({**self.args, "endpoints": [endpoint]}, timeout=max(1.0, self.ttl / 4))
+        failing = False
+        self.ready.wait()
         while not self.stop.is_set():
             try:
-                if revision == 0:
-                    revision = etcd.revision() + 1
-                    self._post(("resync", revision - 1))
-                for seen, events in etcd.watch_prefix(self.prefix, revision, idle=self.ttl):
-                    revision = max(revision, seen + 1)
+                for dummy, events in etcd.watch_prefix(self.prefix, self.applied + 1,
+                                                       idle=self.ttl):
                     if events:
-                        self._post(("changes", seen, events))
+                        self._post(("changes", events))
                 etcd.revision()  # quiet for a while: make sure this member still leads
+                if failing:
+                    LOG.info("watching through %s again", endpoint)
+                    failing = False
             except Compacted as err:
-                LOG.warning("%s; resyncing", err)
-                revision = 0
-            except EtcdError as err:
-                LOG.warning("watching %s: %s; resuming from revision %d", self.prefix, err,
-                            revision)
+                LOG.warning("%s; reading the hosts again", err)
+                self._post(("compacted",))
                 self.stop.wait(RETRY)
-                try:
-                    etcd.revision()  # moves to an endpoint that answers
-                except EtcdError:
-                    pass
+            except EtcdError as err:
+                # Another member's stream carries on: say it once, then retry quietly.
+                (LOG.debug if failing else LOG.warning)("watching through %s: %s", endpoint,
+                                                        err)
+                failing = True
+                self.stop.wait(RETRY)
             except Exception:  # pylint: disable=broad-except  # a watcher must not stop
-                LOG.exception("watching %s failed unexpectedly; resuming from revision %d",
-                              self.prefix, revision)
+                LOG.exception("watching through %s failed unexpectedly", endpoint)
                 self.stop.wait(RETRY)
 
     def leader_thread(self) -> None:
@@ -229,104 +245,108 @@ class Watcher:
 
     async def run(self, queue: asyncio.Queue) -> None:
         self.loop, self.inbox = asyncio.get_running_loop(), asyncio.Queue()
-        threads = [threading.Thread(target=self.watch_thread, name="etcd-watch", daemon=True),
-                   threading.Thread(target=self.leader_thread, name="etcd-leader",
-                                    daemon=True)]
+        reader = _client(self.args, timeout=max(1.0, self.ttl / 4))
+        threads = [threading.Thread(target=self.stream_thread, args=(endpoint,),
+                                    name=f"etcd-watch-{index}", daemon=True)
+                   for index, endpoint in enumerate(self.endpoints)]
+        threads.append(threading.Thread(target=self.leader_thread, name="etcd-leader",
+                                        daemon=True))
         for thread in threads:
             thread.start()
-        reader = _client(self.args, timeout=max(1.0, self.ttl / 4))
         pending: set[str] = set()
-        revision = 0
         try:
+            await self._read_hosts(queue, reader)
             while True:
                 try:
-                    timeout = self.settle if pending else None
-                    item = await asyncio.wait_for(self.inbox.get(), timeout)
+                    item = await asyncio.wait_for(self.inbox.get(),
+                                                  self.settle if pending else None)
                 except asyncio.TimeoutError:
-                    await self._emit_down(queue, reader, pending, revision, resync=False)
+                    down = self._down()
+                    await self._emit(queue, "host_down", sorted(pending & set(down)),
+                                     down=down)  # not those back within `settle`
                     pending = set()
                     continue
-                if item[0] in ("leader", "resync"):
-                    if self.leader:
-                        await self._emit_down(queue, reader, set(), revision, resync=True)
-                    continue
-                revision = item[1]
-                for event in item[2]:
-                    await self._change(queue, reader, event, pending, revision)
+                if item[0] == "leader":
+                    await self._resync(queue, reader)
+                elif item[0] == "compacted":
+                    await self._read_hosts(queue, reader)
+                else:
+                    # Each stream delivers its member's changes in order; another stream
+                    # may have delivered them already. A revision's changes come whole.
+                    fresh = [e for e in item[1] if e.kv.mod_revision > self.applied]
+                    for event in fresh:
+                        await self._change(queue, event, pending)
+                    if fresh:
+                        self.applied = max(e.kv.mod_revision for e in fresh)
         finally:
             self.stop.set()
+            self.ready.set()
             reader.close()
 
-    async def _change(self, queue, reader: EtcdClient, event: WatchEvent,
-                      pending: set[str], revision: int) -> None:
-        parsed = etcd_keys.parse_key(event.kv.key, cluster=self.cluster)
-        if parsed is None or (self.hosts and parsed.host not in self.hosts):
+    async def _read_hosts(self, queue, reader: EtcdClient) -> None:
+        """Read every hosts/ record (again), until etcd answers; then resync."""
+        while True:
+            try:
+                revision, kvs = await asyncio.to_thread(reader.read_prefix, self.prefix)
+                break
+            except EtcdError as err:
+                LOG.warning("reading %s: %s; retrying", self.prefix, err)
+                await asyncio.sleep(RETRY)
+        if revision < self.applied:
+            return  # a lagging member answered; the watch is ahead of it
+        self.records = {kv.key: kv for kv in kvs if self._host_record(kv.key)}
+        self.applied = revision
+        self.ready.set()
+        await self._resync(queue, reader)
+
+    def _host_record(self, key: str) -> etcd_keys.ParsedKey | None:
+        parsed = etcd_keys.parse_key(key, cluster=self.cluster)
+        if (parsed is None or parsed.kind not in etcd_keys.HOST_RECORDS
+                or (self.hosts and parsed.host not in self.hosts)):
+            return None
+        return parsed
+
+    async def _change(self, queue, event: WatchEvent, pending: set[str]) -> None:
+        parsed = self._host_record(event.kv.key)
+        if parsed is None:
             return
+        if event.kind == "DELETE":
+            self.records.pop(event.kv.key, None)
+        else:
+            self.records[event.kv.key] = event.kv
+        if parsed.kind == "alive" or (parsed.kind == "registered" and event.kind == "DELETE"):
+            self.lost.discard(parsed.host)
         if parsed.kind == "alive" and event.kind == "DELETE":
-            marker = await asyncio.to_thread(
-                reader.get, etcd_keys.maintenance_key(parsed.host, cluster=self.cluster))
-            if marker is None:
+            # A planned stop writes its marker before it ends the lease.
+            if etcd_keys.maintenance_key(parsed.host, cluster=self.cluster) in self.records:
+                LOG.info("%s: stopped in maintenance, no failure", parsed.host)
+            else:
                 LOG.warning("%s: liveness key gone (lease expired)", parsed.host)
                 pending.add(parsed.host)
-            else:
-                LOG.info("%s: stopped in maintenance, no failure", parsed.host)
+                self.lost.add(parsed.host)
         elif parsed.kind == "alive" and (event.previous is None
                                          or event.previous.lease != event.kv.lease):
             pending.discard(parsed.host)
-            await self._emit(queue, "host_up", [parsed.host], revision, reader,
+            await self._emit(queue, "host_up", [parsed.host],
                              details={"registration": event.kv.json()})
         elif parsed.kind == "maintenance" and event.kind == "PUT":
             record = json_or_none(event.kv.value)
             if not (isinstance(record, dict) and record.get("by") == "agent"):
-                await self._emit(queue, "maintenance", [parsed.host], revision, reader,
+                await self._emit(queue, "maintenance", [parsed.host],
                                  details={"marker": record})
 
-    async def _emit_down(self, queue, reader: EtcdClient, hosts: set[str], revision: int,
-                         resync: bool) -> None:
-        down = await asyncio.to_thread(self._down, reader)
-        if resync:
-            hosts = set(await asyncio.to_thread(self._down_with_vms, reader))
-        else:
-            hosts = hosts & set(down)  # not those back within `settle`
-        if hosts:
-            await self._emit(queue, "host_down", sorted(hosts), revision, reader,
-                             resync=resync, down=down)
-
-    async def _emit(self, queue, kind: str, hosts: list[str], revision: int,
-                    reader: EtcdClient, resync: bool = False, down: list[str] | None = None,
-                    details: dict[str, Any] | None = None) -> None:
-        if not self.leader:
-            LOG.info("not the leader: %s %s left to the leader", kind, ", ".join(hosts))
+    async def _resync(self, queue, reader: EtcdClient) -> None:
+        """As the leader, report every hypervisor down while etcd records VMs on it."""
+        if not self.leader or not self.ready.is_set():
             return
-        if down is None:
-            down = await asyncio.to_thread(self._down, reader)
-        payload = {"type": kind, "hosts": hosts, "down": down, "cluster": self.cluster,
-                   "revision": revision, "at": timestamp(), "resync": resync,
-                   "watcher": self.name, **(details or {})}
-        LOG.warning("%s: %s", kind, ", ".join(hosts))
-        await queue.put({"yasco": payload})
-
-    # -- reading etcd (in a thread) ---------------------------------------------------
-
-    def _state(self, reader: EtcdClient) -> dict[str, dict[str, bool]]:
-        """Per known hypervisor: registered, alive, in maintenance."""
-        found = reader.get_prefixes([self.prefix])[self.prefix]
-        hosts: dict[str, dict[str, bool]] = {h: {} for h in self.hosts}
-        for kv in found:
-            parsed = etcd_keys.parse_key(kv.key, cluster=self.cluster)
-            if parsed and parsed.kind in etcd_keys.HOST_RECORDS:
-                if not self.hosts or parsed.host in self.hosts:
-                    hosts.setdefault(parsed.host, {})[parsed.kind] = True
-        return hosts
-
-    def _down(self, reader: EtcdClient) -> list[str]:
-        return sorted(h for h, keys in self._state(reader).items()
-                      if not keys.get("alive") and not keys.get("maintenance"))
-
-    def _down_with_vms(self, reader: EtcdClient) -> list[str]:
-        """The hypervisors down while etcd still records VMs running on them."""
-        down = set(self._down(reader))
-        records = reader.get_prefix(etcd_keys.vms_prefix(cluster=self.cluster))
+        while True:
+            try:
+                records = await asyncio.to_thread(
+                    reader.get_prefix, etcd_keys.vms_prefix(cluster=self.cluster))
+                break
+            except EtcdError as err:
+                LOG.warning("resync: %s; retrying", err)
+                await asyncio.sleep(RETRY)
         busy: set[str] = set()
         for record in (json_or_none(kv.value) for kv in records):
             if isinstance(record, dict) and record.get("state") in ACTIVE:
@@ -334,7 +354,31 @@ class Watcher:
                 # Claimed by an evacuation that did not finish starting it.
                 if record.get("state") == "starting":
                     busy.add(record.get("from"))
-        return sorted(down & busy)
+        await self._emit(queue, "host_down", sorted(set(self._down()) & busy), resync=True)
+
+    async def _emit(self, queue, kind: str, hosts: list[str], resync: bool = False,
+                    down: list[str] | None = None,
+                    details: dict[str, Any] | None = None) -> None:
+        if not hosts:
+            return
+        if not self.leader:
+            LOG.info("not the leader: %s %s left to the leader", kind, ", ".join(hosts))
+            return
+        payload = {"type": kind, "hosts": hosts, "down": self._down() if down is None else down,
+                   "cluster": self.cluster, "revision": self.applied, "at": timestamp(),
+                   "resync": resync, "watcher": self.name, **(details or {})}
+        LOG.warning("%s: %s", kind, ", ".join(hosts))
+        await queue.put({"yasco": payload})
+
+    def _down(self) -> list[str]:
+        """The hypervisors with neither a liveness key nor a maintenance marker."""
+        hosts: dict[str, set[str]] = {host: set() for host in self.hosts | self.lost}
+        for key in self.records:
+            parsed = self._host_record(key)
+            if parsed is not None:
+                hosts.setdefault(parsed.host, set()).add(parsed.kind)
+        return sorted(host for host, kinds in hosts.items()
+                      if "alive" not in kinds and "maintenance" not in kinds)
 
 
 async def main(queue: asyncio.Queue, args: dict[str, Any]) -> None:

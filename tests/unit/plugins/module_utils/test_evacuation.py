@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
-    EvacuationError, plan)
+    EvacuationError, plan, without_held)
 
 VDM = {
     "version": 3,
@@ -104,3 +104,12 @@ def test_a_failed_host_missing_from_the_vdm_is_refused():
     cluster["hypervisors"].append({"name": "hv9", "alive": False})
     with pytest.raises(EvacuationError, match="hv9: not in the VDM; re-plan"):
         plan(cluster, VDM, ITEMS)
+
+
+def test_a_vm_whose_disk_a_live_client_holds_is_neither_claimed_nor_started():
+    done = plan(status(), VDM, ITEMS, "c1")
+    kept = [{"image": "yasco/web", "kind": "exclusive", "owner": "10.1.0.2:0/77"}]
+    after = without_held(done, kept)
+    assert [s["vm"] for s in after["start"]] == ["db"] and after["targets"] == ["hv3"]
+    assert after["held"] == [{"vm": "web", "images": {"yasco/web": "10.1.0.2:0/77"}}]
+    assert without_held(done, [])["start"] == done["start"]

@@ -1,0 +1,210 @@
+"""The HA watcher's event source, yasco.cluster.etcd_hosts, against a real etcd: what
+it emits for lease expiries, planned stops, returns and maintenance requests, that
+failures together make one event, that a dead endpoint listed first delays nothing,
+and that only the leader of several watchers emits.
+
+Each watcher runs in a thread of its own with its own event loop, as ansible-rulebook
+runs a source. Nothing here asserts a duration: where an event must not come, a later
+event that must come shows that the watcher has got past the point."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import queue
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import to_json
+
+from .conftest import closed_port_url
+
+SOURCE = (Path(__file__).resolve().parents[2] / "extensions" / "eda" / "plugins"
+          / "event_source" / "etcd_hosts.py")
+WAIT = 30.0
+
+
+def load_source():
+    spec = importlib.util.spec_from_file_location("yasco_etcd_hosts", SOURCE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+etcd_hosts = load_source()
+
+
+class RunningSource:
+    """One watcher, as ansible-rulebook runs it, and the events it put on its queue."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.watcher = etcd_hosts.Watcher(args)
+        self.events: queue.Queue = queue.Queue()
+        self.loop = asyncio.new_event_loop()
+        self.task: asyncio.Task | None = None
+        started = threading.Event()
+
+        class Bridge:  # the asyncio queue ansible-rulebook hands a source
+            async def put(inner, event: dict[str, Any]) -> None:  # noqa: N805
+                del inner
+                self.events.put(event["yasco"])
+
+        async def main() -> None:
+            self.task = asyncio.current_task()
+            started.set()
+            await self.watcher.run(Bridge())
+
+        def serve() -> None:
+            try:
+                self.loop.run_until_complete(main())
+            except asyncio.CancelledError:
+                pass
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        started.wait(WAIT)
+
+    def next(self) -> dict[str, Any]:
+        try:
+            return self.events.get(timeout=WAIT)
+        except queue.Empty:
+            raise AssertionError(f"no event within {WAIT} s") from None
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.loop.call_soon_threadsafe(self.task.cancel)
+        self.thread.join(WAIT)
+
+
+@pytest.fixture(name="cluster")
+def fixture_cluster() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(name="start")
+def fixture_start(etcd, cluster) -> Iterator:
+    running: list[RunningSource] = []
+
+    def start(**args: Any) -> RunningSource:
+        # A dead endpoint first: the watcher must not depend on any one member.
+        options = {"endpoints": [closed_port_url(), etcd.url], "cluster": cluster,
+                   "leader_ttl": 2, "settle": 0.3, **args}
+        source = RunningSource(options)
+        running.append(source)
+        return source
+
+    yield start
+    for source in running:
+        source.stop()
+
+
+def register(client, cluster: str, host: str, ttl: int = 60) -> int:
+    lease = client.grant_lease(ttl).id
+    client.put_json(etcd_keys.registered_key(host, cluster=cluster), {"address": host})
+    client.put_json(etcd_keys.alive_key(host, cluster=cluster), {"host": host}, lease=lease)
+    return lease
+
+
+def wait_until_leading(source: RunningSource) -> None:
+    done = threading.Event()
+    for dummy in range(int(WAIT * 10)):
+        if source.watcher.leader and source.watcher.ready.is_set():
+            return
+        done.wait(0.1)
+    raise AssertionError("the watcher did not lead")
+
+
+def test_a_lease_that_expires_is_a_host_down_and_a_new_lease_a_host_up(etcd, cluster, start):
+    with etcd.client() as client:
+        lease = register(client, cluster, "hv1", ttl=1)
+        register(client, cluster, "hv2")
+        source = start()
+        wait_until_leading(source)
+        del lease  # not renewed: it expires
+        down = source.next()
+        assert (down["type"], down["hosts"], down["down"]) == ("host_down", ["hv1"], ["hv1"])
+        assert down["cluster"] == cluster and not down["resync"]
+        register(client, cluster, "hv1")
+        up = source.next()
+        assert (up["type"], up["hosts"], up["down"]) == ("host_up", ["hv1"], [])
+        assert up["registration"] == {"host": "hv1"}
+
+
+def test_hosts_that_fail_together_make_one_event(etcd, cluster, start):
+    with etcd.client() as client:
+        rack = client.grant_lease(60).id
+        for host in ("hv1", "hv2"):
+            client.put_json(etcd_keys.alive_key(host, cluster=cluster), {}, lease=rack)
+        register(client, cluster, "hv3")
+        source = start()
+        wait_until_leading(source)
+        client.revoke_lease(rack)
+        event = source.next()
+        assert (event["type"], event["hosts"], event["down"]) == (
+            "host_down", ["hv1", "hv2"], ["hv1", "hv2"])
+
+
+def test_a_planned_stop_is_no_failure_and_an_operators_marker_asks_for_maintenance(
+        etcd, cluster, start):
+    with etcd.client() as client:
+        lease = register(client, cluster, "hv1")
+        register(client, cluster, "hv2")
+        source = start()
+        wait_until_leading(source)
+        # The agent's graceful stop: its marker, then the end of its lease.
+        client.put_json(etcd_keys.maintenance_key("hv1", cluster=cluster), {"by": "agent"})
+        client.revoke_lease(lease)
+        client.put_json(etcd_keys.maintenance_key("hv2", cluster=cluster),
+                        {"by": "operator", "reason": "firmware"})
+        event = source.next()  # the first event is hv2's request: hv1 emitted nothing
+        assert (event["type"], event["hosts"]) == ("maintenance", ["hv2"])
+        assert event["marker"] == {"by": "operator", "reason": "firmware"}
+        assert event["down"] == []  # hv1 is in maintenance, not down
+
+
+def test_a_new_leader_reports_down_hosts_whose_vms_etcd_still_records_running(
+        etcd, cluster, start):
+    with etcd.client() as client:
+        register(client, cluster, "hv1")
+        client.put_json(etcd_keys.registered_key("hv2", cluster=cluster), {"address": "hv2"})
+        client.put_json(etcd_keys.registered_key("hv3", cluster=cluster), {"address": "hv3"})
+        client.put(etcd_keys.vm_key("web", cluster=cluster),
+                   to_json({"host": "hv2", "state": "running"}))
+        client.put(etcd_keys.vm_key("db", cluster=cluster),
+                   to_json({"host": "hv3", "state": "down"}))
+        source = start()
+        event = source.next()
+        # hv3 is down too, but nothing of it waits to be evacuated.
+        assert (event["type"], event["hosts"], event["down"], event["resync"]) == (
+            "host_down", ["hv2"], ["hv2", "hv3"], True)
+
+
+def test_only_the_leader_emits_and_a_standby_takes_over_when_it_dies(etcd, cluster, start):
+    with etcd.client() as client:
+        lease = register(client, cluster, "hv1")
+        register(client, cluster, "hv2")
+        client.put(etcd_keys.vm_key("web", cluster=cluster),
+                   to_json({"host": "hv1", "state": "running"}))
+        leader = start(name="first")
+        wait_until_leading(leader)
+        standby = start(name="second")
+        client.revoke_lease(lease)
+        assert leader.next()["hosts"] == ["hv1"]
+        marker = client.put_json(etcd_keys.maintenance_key("hv2", cluster=cluster),
+                                 {"by": "operator"})
+        assert leader.next()["type"] == "maintenance"
+        for dummy in range(int(WAIT * 10)):
+            if standby.watcher.applied >= marker:
+                break
+            threading.Event().wait(0.1)
+        assert standby.watcher.applied >= marker, "the standby did not see the changes"
+        assert standby.events.empty(), standby.events.get()
+        leader.stop()  # its leader key lives on until its lease expires
+        event = standby.next()
+        assert (event["type"], event["hosts"], event["resync"], event["watcher"]) == (
+            "host_down", ["hv1"], True, "second")
