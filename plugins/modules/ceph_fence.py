@@ -14,7 +14,7 @@ description:
     O(images) that fenced clients hold, so that another host may open the images. It
     returns exactly what it blocklisted and which locks it broke.
   - A lock held by a client that the fence does not cover is kept and returned in
-    RV(locks_kept): that client is alive (for instance a VM started elsewhere by a
+    RV(locks_kept). That client is alive (for instance a VM started elsewhere by a
     concurrent evacuation), and its disk must not get a second writer.
   - An address is one client (C(ip:port/nonce), as an image's watchers show it), a
     host (an IP address, which covers every client on it) or a CIDR range (expanded to

@@ -49,10 +49,11 @@ class RunningSource:
         self.task: asyncio.Task | None = None
         started = threading.Event()
 
+        events = self.events
+
         class Bridge:  # the asyncio queue ansible-rulebook hands a source
-            async def put(inner, event: dict[str, Any]) -> None:  # noqa: N805
-                del inner
-                self.events.put(event["yasco"])
+            async def put(self, event: dict[str, Any]) -> None:
+                events.put(event["yasco"])
 
         async def main() -> None:
             self.task = asyncio.current_task()

@@ -4,11 +4,12 @@
 """yasco.cluster.etcd_hosts: hypervisor failures and returns, from etcd, for
 ansible-rulebook.
 
-Two threads talk to etcd, each on its own client: one watches the cluster's hosts/
-prefix and hands every change to the event loop; one holds (or waits for) the
-watchers' leader lease. The event loop turns changes into events, and only the
-leader emits them, so several watchers can run for redundancy and a host's failure
-is evacuated once. A new leader first resyncs: every hypervisor that is down while
+Threads talk to etcd, each on its own client: one per endpoint watches the
+cluster's hosts/ prefix through that endpoint and hands every change to the event
+loop; one holds (or waits for) the watchers' leader lease. The event loop keeps the
+hosts' records current and turns changes into events, and only the leader emits
+them, so several watchers can run for redundancy and a host's failure is evacuated
+once. A new leader first resyncs: every hypervisor that is down while
 etcd still records VMs running on it is reported, so a failure seen by no leader (the
 old one died with it) is not lost.
 """
@@ -27,10 +28,13 @@ description:
     marker first, is no failure and emits nothing.
   - Hosts failing within O(settle) seconds of each other are reported in one
     C(host_down) event, so that one evacuation handles them all.
-  - Never loses a change. The watch resumes from the last revision seen after any
-    break, on the next endpoint. After a restart or a compaction, or when this watcher
-    becomes the leader, it resyncs: every hypervisor that is down while etcd still
-    records VMs running on it is reported again.
+  - Never loses a change, and waits on no dead etcd member. It watches through every
+    endpoint at once and takes each change from the stream that delivers it first; a
+    stream resumes from the last revision applied after any break. The hosts' records
+    are kept in memory, so a failure is reported without reading etcd. After a
+    restart or a compaction, or when this watcher becomes the leader, it resyncs:
+    every hypervisor that is down while etcd still records VMs running on it is
+    reported again.
   - Several watchers may run at once. Only the holder of the watchers' leader lease
     emits events; another takes over within O(leader_ttl) seconds when it dies.
   - Transient errors (etcd unreachable, an election, a broken stream) are logged and
