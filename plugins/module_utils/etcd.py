@@ -402,9 +402,7 @@ class EtcdClient:
 
     def get_prefix(self, prefix: str) -> list[KeyValue]:
         """Every key starting with `prefix`, in key order."""
-        result = self._request(f"read {prefix}*", "/kv/range", _prefix_range(prefix),
-                               repeatable=True)
-        return [KeyValue.from_gateway(item) for item in result.get("kvs") or []]
+        return self.read_prefix(prefix)[1]
 
     def read_prefix(self, prefix: str) -> tuple[int, list[KeyValue]]:
         """Every key starting with `prefix` and the store revision they were read at:

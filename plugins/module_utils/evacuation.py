@@ -111,11 +111,9 @@ def without_held(evacuation: dict[str, Any], locks_kept: list[dict[str, Any]]
     reported in `held`."""
     holders: dict[str, str] = {}
     for lock in locks_kept or []:
-        holders.setdefault(lock["image"], lock.get("owner", "?"))
+        holders.setdefault(lock["image"], lock["owner"])
     held = [{"vm": s["vm"], "images": {i: holders[i] for i in s["images"] if i in holders}}
             for s in evacuation["start"] if any(i in holders for i in s["images"])]
-    if not held:
-        return {**evacuation, "held": []}
     names = {h["vm"] for h in held}
     start = [s for s in evacuation["start"] if s["vm"] not in names]
     return {**evacuation, "start": start, "held": held,

@@ -77,6 +77,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_for(condition, seconds: float) -> bool:
+    """Whether `condition()` came true within `seconds` (polled, never timed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
 def closed_port_url() -> str:
     """A URL where nothing listens: connecting is refused at once."""
     return f"http://127.0.0.1:{free_port()}"

@@ -16,16 +16,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     CONNECTION_OPTIONS, EtcdClient, EtcdError, connect)
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import ETCD_ARGUMENT_SPEC
 
-from .conftest import closed_port_url
-
-
-def wait_for(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+from .conftest import closed_port_url, wait_for
 
 
 # -- keys ---------------------------------------------------------------------------

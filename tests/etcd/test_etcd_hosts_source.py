@@ -22,7 +22,7 @@ import pytest
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import to_json
 
-from .conftest import closed_port_url
+from .conftest import closed_port_url, wait_for
 
 SOURCE = (Path(__file__).resolve().parents[2] / "extensions" / "eda" / "plugins"
           / "event_source" / "etcd_hosts.py")
@@ -112,12 +112,8 @@ def register(client, cluster: str, host: str, ttl: int = 60) -> int:
 
 
 def wait_until_leading(source: RunningSource) -> None:
-    done = threading.Event()
-    for dummy in range(int(WAIT * 10)):
-        if source.watcher.leader and source.watcher.ready.is_set():
-            return
-        done.wait(0.1)
-    raise AssertionError("the watcher did not lead")
+    assert wait_for(lambda: source.watcher.leader and source.watcher.ready.is_set(), WAIT), \
+        "the watcher did not lead"
 
 
 def test_a_lease_that_expires_is_a_host_down_and_a_new_lease_a_host_up(etcd, cluster, start):
@@ -199,11 +195,8 @@ def test_only_the_leader_emits_and_a_standby_takes_over_when_it_dies(etcd, clust
         marker = client.put_json(etcd_keys.maintenance_key("hv2", cluster=cluster),
                                  {"by": "operator"})
         assert leader.next()["type"] == "maintenance"
-        for dummy in range(int(WAIT * 10)):
-            if standby.watcher.applied >= marker:
-                break
-            threading.Event().wait(0.1)
-        assert standby.watcher.applied >= marker, "the standby did not see the changes"
+        assert wait_for(lambda: standby.watcher.applied >= marker, WAIT), \
+            "the standby did not see the changes"
         assert standby.events.empty(), standby.events.get()
         leader.stop()  # its leader key lives on until its lease expires
         event = standby.next()
