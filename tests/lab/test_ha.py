@@ -87,6 +87,14 @@ def no_vm_twice(lab):
     return check
 
 
+def wait_until_recorded_running(lab, where: dict[str, str]) -> None:
+    """The evacuation records a VM once its start returns, a moment after the domain
+    is seen running."""
+    wait_for("the records to say running", lambda: all(
+        records(lab).get(n) == {"host": h, "state": "running"} for n, h in where.items()),
+        30, every=0.5)
+
+
 def address_of(lab, host: str) -> str:
     return next(h["address"] for h in lab["hosts"] if h["name"] == host)
 
@@ -144,6 +152,7 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
              EVACUATE, every=0.5, check=no_vm_twice(lab))
     print(f"\nHA VMs of hv1 running on {targets} {time.monotonic() - crashed:.1f} s after "
           "the crash")
+    wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
     stored = records(lab)
     for name in ha_vms:
         assert stored[name] == {"host": targets[name], "state": "running"}
@@ -244,6 +253,7 @@ def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(l
     wait_for("the claimed VMs running", lambda: all(
         running(lab).get(n) == [claimed[n]["host"]] for n in moving), EVACUATE, every=0.5,
         check=no_vm_twice(lab))
+    wait_until_recorded_running(lab, {n: claimed[n]["host"] for n in moving})
     for n in moving:
         assert records(lab)[n] == {"host": claimed[n]["host"], "state": "running"}
     yasco_lab("boot", host)
