@@ -8,7 +8,9 @@ one task does the same for a list of items.
 A batch exists because each task a loop runs starts Python, imports the bindings and
 connects again: provisioning ten VMs on a host as ten loop items costs ten times
 that, as one batch once. Each element is validated exactly as the single form's
-options are, so the batch accepts and refuses the same things.
+options are, so the batch accepts and refuses the same things. A module whose items
+are independent of each other (domains) may also offer `keep_going`
+(KEEP_GOING_SPEC): every item tried even when one fails.
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ class BatchModule:
     or per element, unless `shared_key`: then the task's is every element's default."""
 
     def __init__(self, argument_spec: dict[str, Any], option: str, key: str = "name",
-                 shared_key: bool = False, **rules: Any) -> None:
+                 shared_key: bool = False, keep_going: bool = False, **rules: Any) -> None:
         self.option, self.key = option, key
+        # The task's own options, which no item takes.
+        self.task_options = {option, *(KEEP_GOING_SPEC if keep_going else ())}
         # The rules (required_if, mutually_exclusive, ...) belong to each item, so
         # they are checked per item below, not on the task's options.
         self.validator = ArgumentSpecValidator(argument_spec, **rules)
         spec = {**argument_spec, key: {**argument_spec[key], "required": False},
                 # An item list holds no secret of its own (each item's options keep
                 # their no_log), but a name such as "keys" makes Ansible ask.
-                option: {"type": "list", "elements": "dict", "no_log": False}}
+                option: {"type": "list", "elements": "dict", "no_log": False},
+                **(KEEP_GOING_SPEC if keep_going else {})}
         exclusive = [] if shared_key else [[key, option]]
         self.module = AnsibleModule(argument_spec=spec, supports_check_mode=True,
                                     mutually_exclusive=exclusive,
@@ -47,7 +52,8 @@ class BatchModule:
 
     def items(self) -> list[dict[str, Any]]:
         """Each item's options, validated; fails the task naming the first bad one."""
-        shared = {k: v for k, v in _set_only(self.module.params).items() if k != self.option}
+        shared = {k: v for k, v in _set_only(self.module.params).items()
+                  if k not in self.task_options}
         if not self.batch:
             return [self._validated(shared, "")]
         items = []
@@ -76,26 +82,37 @@ class BatchModule:
         result; a batch with RV(results) (one per item, in order, each with the
         item's key), RV(changed) when any changed, and the items' diffs as a list.
         The first failure stops the batch; the result names the item and carries
-        what was done before it."""
+        what was done before it. With `keep_going`, every item is tried, and the task
+        then fails naming each failed item, whose entry in RV(results) has `failed`
+        and `msg`."""
         items = self.items() if items is None else items
-        results: list[dict[str, Any]] = []
-        for item in items:
-            try:
-                results.append(run_one(item))
-            except error_class as err:
-                context = {**getattr(err, "details", {}), self.key: item[self.key]}
-                if not self.batch:
-                    self.module.fail_json(msg=str(err), **context)
-                self.module.fail_json(msg=f"{self.key} {item[self.key]}: {err}",
-                                      results=results, **context)
+        outcomes = self._outcomes(run_one, error_class, items)
+        failures = [(item, err) for item, err in zip(items, outcomes)
+                    if isinstance(err, error_class)]
+        if failures and not (self.batch and self.module.params.get("keep_going")):
+            item, err = failures[0]
+            context = {**getattr(err, "details", {}), self.key: item[self.key]}
+            if not self.batch:
+                self.module.fail_json(msg=str(err), **context)
+            done = [{**r, self.key: i[self.key]} for i, r in zip(items, outcomes)
+                    if isinstance(r, dict)]  # what was done before it
+            self.module.fail_json(msg=f"{self.key} {item[self.key]}: {err}", results=done,
+                                  **context)
+        results = [{"failed": True, "msg": str(r), **getattr(r, "details", {})}
+                   if isinstance(r, error_class) else r for r in outcomes]
+        if failures:
+            self._name_results(items, results)
+            self.module.fail_json(
+                msg="; ".join(f"{self.key} {item[self.key]}: {err}" for item, err in failures),
+                results=results)
         if not self.batch:
             result = results[0]
             if not self.module._diff:
                 result.pop("diff", None)
             self.module.exit_json(**result)
         diffs = []
+        self._name_results(items, results)
         for item, result in zip(items, results):
-            result[self.key] = item[self.key]
             diff = result.pop("diff", None)
             if result.get("changed") and diff:
                 diffs.append({"before_header": str(item[self.key]),
@@ -105,6 +122,30 @@ class BatchModule:
         if self.module._diff:
             summary["diff"] = diffs
         self.module.exit_json(**summary)
+
+    def _outcomes(self, run_one: Callable[[dict[str, Any]], dict[str, Any]],
+                  error_class: type[Exception] | tuple[type[Exception], ...],
+                  items: list[dict[str, Any]]) -> list[Any]:
+        """Each item's result or error, in the items' order. Without `keep_going`,
+        no item is tried after one has failed (None for those)."""
+        outcomes: list[Any] = [None] * len(items)
+        for index, item in enumerate(items):
+            try:
+                outcomes[index] = run_one(item)
+            except error_class as err:
+                outcomes[index] = err
+                if not self.module.params.get("keep_going"):
+                    break
+        return outcomes
+
+    def _name_results(self, items: list[dict[str, Any]], results: list[dict[str, Any]]
+                      ) -> None:
+        for item, result in zip(items, results):
+            result[self.key] = item[self.key]
+
+
+# The task option of a batch that may go on past a failed item (BatchModule(keep_going=True)).
+KEEP_GOING_SPEC: dict[str, Any] = {"keep_going": {"type": "bool", "default": False}}
 
 
 def _set_only(value: Any) -> Any:

@@ -215,3 +215,22 @@ def test_the_vm_kind_is_kept_in_the_domain_metadata_and_compared(conn):
     assert '"kind": "plain"' in changed["diff"]["after"]
     assert lv.domain_kind(conn.lookupByName("vm1")) == "plain"
     assert lv.domain_kind(conn.lookupByName("test")) is None  # defined by someone else
+
+
+def test_a_batch_that_keeps_going_tries_every_domain_and_names_each_failure(tmp_path):
+    spec = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
+    domains = [{"name": "vm2", "spec": spec}, {"name": "ghost"}, {"name": "vm5", "spec": spec},
+               {"name": "vm6", "spec": spec}]
+    going = {"name": "going", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
+        "uri": URI, "state": "running", "keep_going": True, "domains": domains}}
+    stopping = {"name": "stopping", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
+        "uri": URI, "state": "running", "domains": domains}}
+    rc, (kept_going, stopped) = run_playbook(local_play(going, stopping), tmp_path=tmp_path)
+    assert rc == 0
+    assert kept_going["failed"] and kept_going["msg"].startswith("name ghost: ")
+    assert [(r["name"], r.get("state"), bool(r.get("failed"))) for r in kept_going["results"]] \
+        == [("vm2", "running", False), ("ghost", None, True), ("vm5", "running", False),
+            ("vm6", "running", False)]
+    # Without keep_going, the first failure stops the batch: vm5 and vm6 are not tried.
+    assert stopped["failed"] and stopped["name"] == "ghost"
+    assert [r["name"] for r in stopped["results"]] == ["vm2"]

@@ -1,0 +1,20 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The option of a batch that may go on past a failed item (module_utils/module_run.py,
+KEEP_GOING_SPEC)."""
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  keep_going:
+    description:
+      - With a list of items, go on past an item that fails. The task still fails,
+        after every item has been tried, naming each failed one; its entry in
+        RV(results) has C(failed) and C(msg).
+      - Without it, the first failure stops the batch, and no item after it is tried.
+    type: bool
+    default: false
+    version_added: 0.2.0
+"""
