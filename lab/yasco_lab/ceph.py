@@ -73,6 +73,9 @@ mon_data_avail_crit = 1
 [mon]
 mon_data = {root}/mon/$cluster-$id
 mon_initial_members = a
+# A fence's blocklist entry waits for the monitor's next OSD map, proposed up to
+# this long after the last commit (1 s by default): a fence is worth the extra maps.
+paxos_propose_interval = 0.2
 
 [osd]
 osd_objectstore = memstore

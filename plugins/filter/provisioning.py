@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
-    EvacuationError, plan as evacuation, without_held)
+    EvacuationError, after_fence, plan as evacuation)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
     RebalanceError, plan_moves, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
@@ -81,9 +81,8 @@ def evacuation_plan(status, vdm, items, cluster=etcd_keys.DEFAULT_CLUSTER):
 
 
 def evacuation_fenced(evacuation, fence_result):
-    """The evacuation less the VMs whose disks a client the fence left alone holds."""
-    return without_held(evacuation or {"start": []},
-                        (fence_result or {}).get("locks_kept") or [])
+    """The evacuation less the VMs the fence says must not start."""
+    return after_fence(evacuation or {"start": []}, fence_result or {})
 
 
 class FilterModule:

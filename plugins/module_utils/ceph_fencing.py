@@ -39,7 +39,7 @@ class FenceRun:
         with ceph.connect(p) as cluster:
             before = cluster.blocklist()
             result: dict[str, Any] = {"blocklisted": [], "unblocklisted": [], "locks_broken": [],
-                                      "locks_kept": []}
+                                      "locks_kept": [], "images_missing": []}
             if p["state"] == "present":
                 cluster.fencing()
                 self.fence(cluster, entries, images, before, result)
@@ -61,7 +61,9 @@ class FenceRun:
         """Blocklist the addresses in one round; once every up OSD enforces it, break
         the images' locks that fenced clients hold. A lock held by a client the fence
         does not cover is kept: that client is alive elsewhere (a VM started by a
-        concurrent run), and breaking its lock would hand its disk to a second writer."""
+        concurrent run), and breaking its lock would hand its disk to a second writer.
+        An image that does not exist has no lock to break; it is reported, not an
+        error, so that one lost disk does not keep the other VMs from starting."""
         adding = [entry for entry in entries if entry not in before]
         for entry in adding:
             self.actions.append(f"blocklist {entry}")
@@ -74,7 +76,8 @@ class FenceRun:
         for pool, name, dummy in images:
             with cluster.opened(pool, name) as (dummy2, image):
                 if image is None:
-                    raise CephError(f"images: {pool}/{name} does not exist")
+                    result["images_missing"].append(f"{pool}/{name}")
+                    continue
                 locks = ceph.image_locks(image)
                 doomed = [lock for lock in locks
                           if ceph.blocklisted(ceph.lock_address(lock), fenced)]

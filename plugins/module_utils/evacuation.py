@@ -103,20 +103,23 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     }
 
 
-def without_held(evacuation: dict[str, Any], locks_kept: list[dict[str, Any]]
-                 ) -> dict[str, Any]:
-    """The evacuation less the VMs a live client elsewhere still holds a disk of
-    (ceph_fence's `locks_kept`): a concurrent run started them, or something runs
-    them that etcd does not know. They are neither claimed nor started, and are
-    reported in `held`."""
+def after_fence(evacuation: dict[str, Any], fence: dict[str, Any]) -> dict[str, Any]:
+    """The evacuation less the VMs the fence (ceph_fence's result) says must not
+    start: those whose disk a live client elsewhere still holds (`locks_kept`: a
+    concurrent run started them, or something runs them that etcd does not know),
+    reported in `held`; and those with a disk that does not exist
+    (`images_missing`), reported in `missing`. The others start all the same."""
     holders: dict[str, str] = {}
-    for lock in locks_kept or []:
+    for lock in fence.get("locks_kept") or []:
         holders.setdefault(lock["image"], lock["owner"])
+    absent = set(fence.get("images_missing") or [])
     held = [{"vm": s["vm"], "images": {i: holders[i] for i in s["images"] if i in holders}}
             for s in evacuation["start"] if any(i in holders for i in s["images"])]
-    names = {h["vm"] for h in held}
+    missing = [{"vm": s["vm"], "images": sorted(absent.intersection(s["images"]))}
+               for s in evacuation["start"] if absent.intersection(s["images"])]
+    names = {h["vm"] for h in held + missing}
     start = [s for s in evacuation["start"] if s["vm"] not in names]
-    return {**evacuation, "start": start, "held": held,
+    return {**evacuation, "start": start, "held": held, "missing": missing,
             "targets": sorted({s["to"] for s in start})}
 
 

@@ -9,13 +9,16 @@ A batch exists because each task a loop runs starts Python, imports the bindings
 connects again: provisioning ten VMs on a host as ten loop items costs ten times
 that, as one batch once. Each element is validated exactly as the single form's
 options are, so the batch accepts and refuses the same things. A module whose items
-are independent of each other (domains) may also offer `keep_going`
-(KEEP_GOING_SPEC): every item tried even when one fails.
+are independent of each other (domains) may also offer `keep_going` and `parallel`
+(INDEPENDENT_SPEC): every item tried even when one fails, and several run at once,
+each worker with its own session (connection).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -29,10 +32,10 @@ class BatchModule:
     or per element, unless `shared_key`: then the task's is every element's default."""
 
     def __init__(self, argument_spec: dict[str, Any], option: str, key: str = "name",
-                 shared_key: bool = False, keep_going: bool = False, **rules: Any) -> None:
+                 shared_key: bool = False, independent: bool = False, **rules: Any) -> None:
         self.option, self.key = option, key
         # The task's own options, which no item takes.
-        self.task_options = {option, *(KEEP_GOING_SPEC if keep_going else ())}
+        self.task_options = {option, *(INDEPENDENT_SPEC if independent else ())}
         # The rules (required_if, mutually_exclusive, ...) belong to each item, so
         # they are checked per item below, not on the task's options.
         self.validator = ArgumentSpecValidator(argument_spec, **rules)
@@ -40,7 +43,7 @@ class BatchModule:
                 # An item list holds no secret of its own (each item's options keep
                 # their no_log), but a name such as "keys" makes Ansible ask.
                 option: {"type": "list", "elements": "dict", "no_log": False},
-                **(KEEP_GOING_SPEC if keep_going else {})}
+                **(INDEPENDENT_SPEC if independent else {})}
         exclusive = [] if shared_key else [[key, option]]
         self.module = AnsibleModule(argument_spec=spec, supports_check_mode=True,
                                     mutually_exclusive=exclusive,
@@ -49,6 +52,13 @@ class BatchModule:
     @property
     def batch(self) -> bool:
         return self.module.params[self.option] is not None
+
+    def workers(self) -> int:
+        """How many items run at once: `parallel`, for a batch that takes it."""
+        parallel = self.module.params.get("parallel", 1)
+        if parallel < 1:
+            self.module.fail_json(msg=f"parallel: must be 1 or more, got {parallel}")
+        return parallel if self.batch else 1
 
     def items(self) -> list[dict[str, Any]]:
         """Each item's options, validated; fails the task naming the first bad one."""
@@ -81,12 +91,13 @@ class BatchModule:
         """Run `run_one(item)` for each item and exit: the single form with its own
         result; a batch with RV(results) (one per item, in order, each with the
         item's key), RV(changed) when any changed, and the items' diffs as a list.
-        The first failure stops the batch; the result names the item and carries
-        what was done before it. With `keep_going`, every item is tried, and the task
-        then fails naming each failed item, whose entry in RV(results) has `failed`
-        and `msg`."""
+        The first failure stops the batch (items already running finish); the result
+        names the item and carries what was done. With `keep_going`, every item is
+        tried, and the task then fails naming each failed item, whose entry in
+        RV(results) has `failed` and `msg`."""
         items = self.items() if items is None else items
-        outcomes = self._outcomes(run_one, error_class, items)
+        workers = self.workers()  # refuses a bad `parallel` before anything is done
+        outcomes = self._outcomes(run_one, error_class, items, workers)
         failures = [(item, err) for item, err in zip(items, outcomes)
                     if isinstance(err, error_class)]
         if failures and not (self.batch and self.module.params.get("keep_going")):
@@ -95,7 +106,7 @@ class BatchModule:
             if not self.batch:
                 self.module.fail_json(msg=str(err), **context)
             done = [{**r, self.key: i[self.key]} for i, r in zip(items, outcomes)
-                    if isinstance(r, dict)]  # what was done before it
+                    if isinstance(r, dict)]  # what was done
             self.module.fail_json(msg=f"{self.key} {item[self.key]}: {err}", results=done,
                                   **context)
         results = [{"failed": True, "msg": str(r), **getattr(r, "details", {})}
@@ -125,17 +136,30 @@ class BatchModule:
 
     def _outcomes(self, run_one: Callable[[dict[str, Any]], dict[str, Any]],
                   error_class: type[Exception] | tuple[type[Exception], ...],
-                  items: list[dict[str, Any]]) -> list[Any]:
-        """Each item's result or error, in the items' order. Without `keep_going`,
-        no item is tried after one has failed (None for those)."""
+                  items: list[dict[str, Any]], workers: int) -> list[Any]:
+        """Each item's result or error, in the items' order, `workers` at a time,
+        started in that order. Without `keep_going`, no item starts after one has
+        failed (None for those)."""
         outcomes: list[Any] = [None] * len(items)
-        for index, item in enumerate(items):
+        failed = threading.Event()
+        keep_going = self.module.params.get("keep_going")
+
+        def attempt(index: int) -> None:
+            if failed.is_set() and not keep_going:
+                return
             try:
-                outcomes[index] = run_one(item)
+                outcomes[index] = run_one(items[index])
             except error_class as err:
                 outcomes[index] = err
-                if not self.module.params.get("keep_going"):
-                    break
+                failed.set()
+
+        if workers == 1:
+            for index in range(len(items)):
+                attempt(index)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                for finished in [pool.submit(attempt, i) for i in range(len(items))]:
+                    finished.result()  # re-raises what is not an adapter error
         return outcomes
 
     def _name_results(self, items: list[dict[str, Any]], results: list[dict[str, Any]]
@@ -144,8 +168,10 @@ class BatchModule:
             result[self.key] = item[self.key]
 
 
-# The task option of a batch that may go on past a failed item (BatchModule(keep_going=True)).
-KEEP_GOING_SPEC: dict[str, Any] = {"keep_going": {"type": "bool", "default": False}}
+# The task options of a batch whose items are independent of each other
+# (BatchModule(independent=True)): go on past a failed item; run several at once.
+INDEPENDENT_SPEC: dict[str, Any] = {"keep_going": {"type": "bool", "default": False},
+                                    "parallel": {"type": "int", "default": 1}}
 
 
 def _set_only(value: Any) -> Any:
@@ -167,19 +193,44 @@ def check_requirements(module: AnsibleModule, requirements: dict[str, str | None
             module.fail_json(msg=missing_required_lib(requirement), exception=import_error)
 
 
+class _WorkerSessions:
+    """One session per worker thread, opened when the worker first needs it and all
+    closed together. Workers never share one: libvirt's remote client can hang for
+    good when two threads call through the same connection."""
+
+    def __init__(self, factory: Callable[[dict[str, Any]], Any], params: dict[str, Any]):
+        self.factory, self.params = factory, params
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.stack = contextlib.ExitStack()
+
+    def mine(self) -> Any:
+        if not hasattr(self.local, "session"):
+            session = self.factory(self.params)
+            with self.lock:
+                self.local.session = self.stack.enter_context(session)
+        return self.local.session
+
+    def __enter__(self) -> _WorkerSessions:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+
 def run_module(module: AnsibleModule | BatchModule, run_class: Any,
                error_class: type[Exception], requirements: dict[str, str | None]) -> None:
     """Run `run_class(params, check_mode, session).run()` and exit with its result,
     once every library of `requirements` is there. A BatchModule runs it per item,
-    all items sharing one `run_class.session(params)` (a connection)."""
+    the items a worker runs sharing one `run_class.session(params)` (a connection)."""
     if isinstance(module, BatchModule):
         check_requirements(module.module, requirements)
         check_mode = module.module.check_mode
         try:
-            with run_class.session(module.module.params) as opened:
-                module.run(lambda item: run_class(item, check_mode, opened).run(),
+            with _WorkerSessions(run_class.session, module.module.params) as sessions:
+                module.run(lambda item: run_class(item, check_mode, sessions.mine()).run(),
                            error_class)
-        except error_class as err:  # opening or closing the session
+        except error_class as err:  # closing a session
             module.module.fail_json(msg=str(err))
         return
     check_requirements(module, requirements)

@@ -109,6 +109,14 @@ locks_kept:
   returned: always
   type: list
   elements: dict
+images_missing:
+  description:
+    - The images of O(images) that do not exist, as C(pool/name). They have no lock
+      to break, and the rest of the fence goes on.
+  returned: always
+  type: list
+  elements: str
+  version_added: 0.2.0
 entries:
   description: Every blocklist entry afterwards, address to expiry time.
   returned: always

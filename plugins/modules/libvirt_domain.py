@@ -186,7 +186,7 @@ options:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - yasco.cluster.libvirt
-  - yasco.cluster.batch_keep_going
+  - yasco.cluster.batch_independent
 attributes:
   check_mode:
     support: full
@@ -347,7 +347,7 @@ def main():
             "timeout": {"type": "float", "default": 120.0},
         },
         option="domains",
-        keep_going=True,
+        independent=True,
         mutually_exclusive=[["spec", "xml"]],
     )
     run_module(module, DomainRun, LibvirtAdapterError, {"libvirt-python": LIBVIRT_IMPORT_ERROR})

@@ -256,7 +256,8 @@ time.sleep(600)
 
 def test_a_lock_held_by_a_client_the_fence_does_not_cover_is_kept(lab, image, tmp_path):
     """A concurrent evacuation may have started the VM elsewhere already: its lock
-    holder is alive, and breaking the lock would give the disk a second writer."""
+    holder is alive, and breaking the lock would give the disk a second writer. A
+    missing image is reported beside it, and stops nothing."""
     storage.create_image(image)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(layout.ceph_conf_path()),
                                layout.CEPH_POOL, image], stdout=subprocess.PIPE, text=True)
@@ -264,13 +265,15 @@ def test_a_lock_held_by_a_client_the_fence_does_not_cover_is_kept(lab, image, tm
     try:
         assert holder.stdout.readline(), "the holder did not open the image"
         fence = {"name": "fence", "yasco.cluster.ceph_fence": {
-            "addresses": [other], "images": [f"{layout.CEPH_POOL}/{image}"], "expire": 600}}
+            "addresses": [other], "expire": 600,
+            "images": [f"{layout.CEPH_POOL}/gone-{image}", f"{layout.CEPH_POOL}/{image}"]}}
         info = {"name": "info", "yasco.cluster.rbd_image_info": {
             "pool": layout.CEPH_POOL, "name": image}}
         rc, (fenced, after) = play(tmp_path, fence, info)
         assert rc == 0, fenced.get("msg")
         assert fenced["blocklisted"] == [f"{other}:0/0"]
         assert fenced["locks_broken"] == []
+        assert fenced["images_missing"] == [f"{layout.CEPH_POOL}/gone-{image}"]
         owners = {lock["owner"] for lock in fenced["locks_kept"]}
         assert owners and not any(owner in fenced["entries"] for owner in owners)
         assert after["image"]["locks"], "the holder's lock is gone"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
-    EvacuationError, plan, without_held)
+    EvacuationError, after_fence, plan)
 
 VDM = {
     "version": 3,
@@ -109,7 +109,15 @@ def test_a_failed_host_missing_from_the_vdm_is_refused():
 def test_a_vm_whose_disk_a_live_client_holds_is_neither_claimed_nor_started():
     done = plan(status(), VDM, ITEMS, "c1")
     kept = [{"image": "yasco/web", "kind": "exclusive", "owner": "10.1.0.2:0/77"}]
-    after = without_held(done, kept)
+    after = after_fence(done, {"locks_kept": kept, "images_missing": []})
     assert [s["vm"] for s in after["start"]] == ["db"] and after["targets"] == ["hv3"]
     assert after["held"] == [{"vm": "web", "images": {"yasco/web": "10.1.0.2:0/77"}}]
-    assert without_held(done, [])["start"] == done["start"]
+    assert after["missing"] == []
+    assert after_fence(done, {"locks_kept": []})["start"] == done["start"]
+
+
+def test_a_vm_whose_disk_is_missing_is_reported_and_the_others_still_start():
+    done = plan(status(), VDM, ITEMS, "c1")
+    after = after_fence(done, {"locks_kept": [], "images_missing": ["yasco/db"]})
+    assert [s["vm"] for s in after["start"]] == ["web"] and after["held"] == []
+    assert after["missing"] == [{"vm": "db", "images": ["yasco/db"]}]

@@ -234,3 +234,26 @@ def test_a_batch_that_keeps_going_tries_every_domain_and_names_each_failure(tmp_
     # Without keep_going, the first failure stops the batch: vm5 and vm6 are not tried.
     assert stopped["failed"] and stopped["name"] == "ghost"
     assert [r["name"] for r in stopped["results"]] == ["vm2"]
+
+
+def test_a_parallel_batch_runs_every_domain_and_returns_them_in_order(tmp_path):
+    spec = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
+    names = [f"vm{i}" for i in range(2, 9)]
+    domains = [{"name": name, "spec": spec} for name in names[:3]] + [{"name": "ghost"}] + [
+        {"name": name, "spec": spec} for name in names[3:]]
+    parallel = {"name": "parallel", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
+        "uri": URI, "state": "running", "keep_going": True, "parallel": 3,
+        "domains": domains}}
+    listed = {"name": "listed", "ansible.builtin.command": {
+        "argv": ["virsh", "-c", URI, "list", "--name"]}}
+    zero = {"name": "zero", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
+        "uri": URI, "state": "running", "parallel": 0, "domains": domains}}
+    rc, (ran, dummy, refused) = run_playbook(local_play(parallel, listed, zero),
+                                             tmp_path=tmp_path)
+    assert rc == 0
+    assert ran["failed"] and ran["msg"].startswith("name ghost: ")
+    assert [(r["name"], r.get("state")) for r in ran["results"]] == [
+        *[(name, "running") for name in names[:3]], ("ghost", None),
+        *[(name, "running") for name in names[3:]]]
+    assert all(r["actions"] == ["define", "start"] for r in ran["results"] if "actions" in r)
+    assert refused["failed"] and refused["msg"] == "parallel: must be 1 or more, got 0"
