@@ -10,6 +10,10 @@ sent. etcd's leader received it at or after t, so the lease cannot expire before
 t + TTL (a new leader only ever extends leases). The fencer destroys every HA domain
 at t + TTL - margin unless a later keepalive succeeded, so once the HA watcher can
 see the lease gone, the HA domains here are already dead: no VM runs twice.
+Each keepalive also rewrites the liveness key, and counts only once that succeeded
+too: the watcher, which sees each rewrite at or after t, may then end a lease whose
+key is older than TTL (a new etcd leader renews every lease on election, which
+would hide a dead host for seconds), the HA domains here being dead by then too.
 
 Three threads, each with its own connections, so that none waits on another:
 - heartbeat: grants the lease, registers the liveness key, renews every TTL/3, and
@@ -231,6 +235,12 @@ class Agent:
                     self.stopping.wait(0.1)
                     continue
                 else:
+                    # Rewritten at each keepalive: the HA watcher times the key's age,
+                    # since a new etcd leader renews every lease and would hide a
+                    # dead host for seconds. Only a beat whose rewrite succeeded
+                    # moves the self-fence deadline, so the agent is down before the
+                    # watcher can think it stale.
+                    etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease)
                     with self.lock:
                         if self.lease == lease:
                             self.last_ok = max(self.last_ok, sent)

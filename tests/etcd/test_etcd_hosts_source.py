@@ -202,3 +202,34 @@ def test_only_the_leader_emits_and_a_standby_takes_over_when_it_dies(etcd, clust
         event = standby.next()
         assert (event["type"], event["hosts"], event["resync"], event["watcher"]) == (
             "host_down", ["hv1"], True, "second")
+
+
+def test_a_key_not_rewritten_for_its_ttl_ends_its_lease_though_etcd_renewed_it(
+        etcd, cluster, start):
+    """A new etcd leader renews every lease: the watcher ends the lease of an agent
+    that stopped rewriting its key, one that keeps rewriting it stays."""
+    with etcd.client() as client:
+        renewed = client.grant_lease(600).id  # as etcd's new leader would have it
+        alive = etcd_keys.alive_key("hv1", cluster=cluster)
+        client.put_json(alive, {"ttl": 1}, lease=renewed)
+        beating_lease = client.grant_lease(600).id
+        beating = etcd_keys.alive_key("hv2", cluster=cluster)
+        client.put_json(beating, {"ttl": 1}, lease=beating_lease)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(0.2):
+                client.put_json(beating, {"ttl": 1}, lease=beating_lease)
+
+        beater = threading.Thread(target=beat, daemon=True)
+        beater.start()
+        try:
+            source = start()
+            wait_until_leading(source)
+            down = source.next()
+            assert (down["type"], down["hosts"], down["down"]) == ("host_down", ["hv1"], ["hv1"])
+            assert client.lease_info(renewed) is None, "the stale lease is still there"
+            assert client.get(beating) is not None and client.lease_info(beating_lease)
+        finally:
+            stop.set()
+            beater.join()

@@ -35,6 +35,12 @@ description:
     restart or a compaction, or when this watcher becomes the leader, it resyncs:
     every hypervisor that is down while etcd still records VMs running on it is
     reported again.
+  - A host whose agent stopped beating is reported within its TTL even when etcd
+    renewed its lease: a new etcd leader renews every lease on election, which would
+    otherwise add seconds when the crashed hypervisor ran etcd's leader. The agent
+    rewrites its liveness key at each keepalive, and self-fences one TTL after the
+    last rewrite that succeeded; once a host's key is that old (confirmed by a read),
+    the leading watcher ends its lease, as etcd would have.
   - Several watchers may run at once. Only the holder of the watchers' leader lease
     emits events; another takes over within O(leader_ttl) seconds when it dies.
   - Transient errors (etcd unreachable, an election, a broken stream) are logged and
@@ -131,6 +137,10 @@ from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import AC
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0
+# How often the leader looks for liveness keys older than their TTL, and how much
+# older than the TTL they must be (the agent self-fences a margin before it).
+STALE_CHECK = 0.25
+STALE_SLACK = 0.5
 
 
 def _client(args: dict[str, Any], timeout: float) -> EtcdClient:
@@ -173,6 +183,8 @@ class Watcher:
         # Hosts whose liveness key went while this watcher looked, even with no
         # record left; forgotten when they register again or are taken out.
         self.lost: set[str] = set()
+        # Liveness key -> when (event loop time) its current revision was seen.
+        self.seen: dict[str, float] = {}
         self.ready = threading.Event()
 
     def _post(self, item: tuple) -> None:
@@ -258,12 +270,18 @@ class Watcher:
         for thread in threads:
             thread.start()
         pending: set[str] = set()
+        settled = 0.0  # when the pending failures are reported (event loop time)
+        stale = None
+        loop = asyncio.get_running_loop()
         try:
             await self._read_hosts(queue, reader)
+            stale = asyncio.create_task(self._end_stale_leases(reader))
             while True:
                 try:
-                    item = await asyncio.wait_for(self.inbox.get(),
-                                                  self.settle if pending else None)
+                    # Counted from the first failure: the agents' rewrites keep
+                    # changes coming, and must not put the report off.
+                    item = await asyncio.wait_for(
+                        self.inbox.get(), max(0.0, settled - loop.time()) if pending else None)
                 except asyncio.TimeoutError:
                     down = self._down()
                     await self._emit(queue, "host_down", sorted(pending & set(down)),
@@ -279,10 +297,14 @@ class Watcher:
                     # may have delivered them already. A revision's changes come whole.
                     fresh = [e for e in item[1] if e.kv.mod_revision > self.applied]
                     for event in fresh:
+                        if not pending:
+                            settled = loop.time() + self.settle
                         await self._change(queue, event, pending)
                     if fresh:
                         self.applied = max(e.kv.mod_revision for e in fresh)
         finally:
+            if stale is not None:
+                stale.cancel()
             self.stop.set()
             self.ready.set()
             reader.close()
@@ -299,6 +321,10 @@ class Watcher:
         if revision < self.applied:
             return  # a lagging member answered; the watch is ahead of it
         self.records = {kv.key: kv for kv in kvs if self._host_record(kv.key)}
+        # Counted from now: a reread (a start, a compaction) delays a stale key's
+        # end by at most one TTL, and never ends a live one.
+        now = asyncio.get_running_loop().time()
+        self.seen = {key: now for key in self.records}
         self.applied = revision
         self.ready.set()
         await self._resync(queue, reader)
@@ -316,8 +342,10 @@ class Watcher:
             return
         if event.kind == "DELETE":
             self.records.pop(event.kv.key, None)
+            self.seen.pop(event.kv.key, None)
         else:
             self.records[event.kv.key] = event.kv
+            self.seen[event.kv.key] = asyncio.get_running_loop().time()
         if parsed.kind == "alive" or (parsed.kind == "registered" and event.kind == "DELETE"):
             self.lost.discard(parsed.host)
         if parsed.kind == "alive" and event.kind == "DELETE":
@@ -338,6 +366,38 @@ class Watcher:
             if not (isinstance(record, dict) and record.get("by") == "agent"):
                 await self._emit(queue, "maintenance", [parsed.host],
                                  details={"marker": record})
+
+    async def _end_stale_leases(self, reader: EtcdClient) -> None:
+        """As the leader, end the lease of every host whose liveness key has not been
+        rewritten for longer than the TTL its agent registered with. Its agent has
+        self-fenced by then, or is gone: etcd holds the lease only because a new etcd
+        leader renewed it. The watch then sees the key go, as for any expiry. A read
+        first confirms that the key is still the one seen: a watch that lags says
+        nothing about the agent."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(STALE_CHECK)
+            if not self.leader:
+                continue
+            for key, kv in list(self.records.items()):
+                parsed = self._host_record(key)
+                record = json_or_none(kv.value)
+                ttl = record.get("ttl") if isinstance(record, dict) else None
+                if (parsed is None or parsed.kind != "alive" or not kv.lease
+                        or not isinstance(ttl, (int, float))
+                        or loop.time() - self.seen.get(key, loop.time()) < ttl + STALE_SLACK):
+                    continue
+                try:
+                    current = await asyncio.to_thread(reader.get, key)
+                    if current is None or current.mod_revision != kv.mod_revision:
+                        continue
+                    LOG.warning("%s: liveness key not rewritten for %.1f s (ttl %s): ending "
+                                "lease %x, which etcd renewed on a leader election",
+                                parsed.host, loop.time() - self.seen[key], ttl, kv.lease)
+                    await asyncio.to_thread(reader.revoke_lease, kv.lease)
+                    self.seen[key] = loop.time()  # once; the watch brings the rest
+                except EtcdError as err:
+                    LOG.warning("ending the stale lease of %s: %s; retrying", parsed.host, err)
 
     async def _resync(self, queue, reader: EtcdClient) -> None:
         """As the leader, report every hypervisor down while etcd records VMs on it."""
