@@ -235,11 +235,8 @@ class Agent:
                     self.stopping.wait(0.1)
                     continue
                 else:
-                    # Rewritten at each keepalive: the HA watcher times the key's age,
-                    # since a new etcd leader renews every lease and would hide a
-                    # dead host for seconds. Only a beat whose rewrite succeeded
-                    # moves the self-fence deadline, so the agent is down before the
-                    # watcher can think it stale.
+                    # The rewrite the watcher times (see the module's docstring): the
+                    # deadline moves only once it has succeeded.
                     etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease)
                     with self.lock:
                         if self.lease == lease:

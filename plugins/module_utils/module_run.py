@@ -98,31 +98,31 @@ class BatchModule:
         items = self.items() if items is None else items
         workers = self.workers()  # refuses a bad `parallel` before anything is done
         outcomes = self._outcomes(run_one, error_class, items, workers)
-        failures = [(item, err) for item, err in zip(items, outcomes)
-                    if isinstance(err, error_class)]
-        if failures and not (self.batch and self.module.params.get("keep_going")):
-            item, err = failures[0]
-            context = {**getattr(err, "details", {}), self.key: item[self.key]}
-            if not self.batch:
-                self.module.fail_json(msg=str(err), **context)
-            done = [{**r, self.key: i[self.key]} for i, r in zip(items, outcomes)
-                    if isinstance(r, dict)]  # what was done
-            self.module.fail_json(msg=f"{self.key} {item[self.key]}: {err}", results=done,
-                                  **context)
-        results = [{"failed": True, "msg": str(r), **getattr(r, "details", {})}
-                   if isinstance(r, error_class) else r for r in outcomes]
-        if failures:
-            self._name_results(items, results)
-            self.module.fail_json(
-                msg="; ".join(f"{self.key} {item[self.key]}: {err}" for item, err in failures),
-                results=results)
         if not self.batch:
-            result = results[0]
+            result = outcomes[0]
+            if isinstance(result, error_class):
+                self.module.fail_json(msg=str(result), **{**getattr(result, "details", {}),
+                                                          self.key: items[0][self.key]})
             if not self.module._diff:
                 result.pop("diff", None)
             self.module.exit_json(**result)
+        # Each item's result, or its error as a failed one, named; None if not tried.
+        results = [None if r is None else {
+            **({"failed": True, "msg": str(r), **getattr(r, "details", {})}
+               if isinstance(r, error_class) else r), self.key: item[self.key]}
+            for item, r in zip(items, outcomes)]
+        failures = [(item, err) for item, err in zip(items, outcomes)
+                    if isinstance(err, error_class)]
+        if failures and not self.module.params.get("keep_going"):
+            item, err = failures[0]
+            self.module.fail_json(msg=f"{self.key} {item[self.key]}: {err}",
+                                  results=[r for r in results if r and not r.get("failed")],
+                                  **{**getattr(err, "details", {}), self.key: item[self.key]})
+        if failures:
+            self.module.fail_json(
+                msg="; ".join(f"{self.key} {item[self.key]}: {err}" for item, err in failures),
+                results=results)
         diffs = []
-        self._name_results(items, results)
         for item, result in zip(items, results):
             diff = result.pop("diff", None)
             if result.get("changed") and diff:
@@ -161,11 +161,6 @@ class BatchModule:
                 for finished in [pool.submit(attempt, i) for i in range(len(items))]:
                     finished.result()  # re-raises what is not an adapter error
         return outcomes
-
-    def _name_results(self, items: list[dict[str, Any]], results: list[dict[str, Any]]
-                      ) -> None:
-        for item, result in zip(items, results):
-            result[self.key] = item[self.key]
 
 
 # The task options of a batch whose items are independent of each other

@@ -272,7 +272,6 @@ class Watcher:
         pending: set[str] = set()
         settled = 0.0  # when the pending failures are reported (event loop time)
         stale = None
-        loop = asyncio.get_running_loop()
         try:
             await self._read_hosts(queue, reader)
             stale = asyncio.create_task(self._end_stale_leases(reader))
@@ -281,7 +280,8 @@ class Watcher:
                     # Counted from the first failure: the agents' rewrites keep
                     # changes coming, and must not put the report off.
                     item = await asyncio.wait_for(
-                        self.inbox.get(), max(0.0, settled - loop.time()) if pending else None)
+                        self.inbox.get(),
+                        max(0.0, settled - self.loop.time()) if pending else None)
                 except asyncio.TimeoutError:
                     down = self._down()
                     await self._emit(queue, "host_down", sorted(pending & set(down)),
@@ -298,7 +298,7 @@ class Watcher:
                     fresh = [e for e in item[1] if e.kv.mod_revision > self.applied]
                     for event in fresh:
                         if not pending:
-                            settled = loop.time() + self.settle
+                            settled = self.loop.time() + self.settle
                         await self._change(queue, event, pending)
                     if fresh:
                         self.applied = max(e.kv.mod_revision for e in fresh)
@@ -311,19 +311,14 @@ class Watcher:
 
     async def _read_hosts(self, queue, reader: EtcdClient) -> None:
         """Read every hosts/ record (again), until etcd answers; then resync."""
-        while True:
-            try:
-                revision, kvs = await asyncio.to_thread(reader.read_prefix, self.prefix)
-                break
-            except EtcdError as err:
-                LOG.warning("reading %s: %s; retrying", self.prefix, err)
-                await asyncio.sleep(RETRY)
+        revision, kvs = await _until_answered(f"reading {self.prefix}", reader.read_prefix,
+                                              self.prefix)
         if revision < self.applied:
             return  # a lagging member answered; the watch is ahead of it
         self.records = {kv.key: kv for kv in kvs if self._host_record(kv.key)}
         # Counted from now: a reread (a start, a compaction) delays a stale key's
         # end by at most one TTL, and never ends a live one.
-        now = asyncio.get_running_loop().time()
+        now = self.loop.time()
         self.seen = {key: now for key in self.records}
         self.applied = revision
         self.ready.set()
@@ -345,7 +340,7 @@ class Watcher:
             self.seen.pop(event.kv.key, None)
         else:
             self.records[event.kv.key] = event.kv
-            self.seen[event.kv.key] = asyncio.get_running_loop().time()
+            self.seen[event.kv.key] = self.loop.time()
         if parsed.kind == "alive" or (parsed.kind == "registered" and event.kind == "DELETE"):
             self.lost.discard(parsed.host)
         if parsed.kind == "alive" and event.kind == "DELETE":
@@ -374,7 +369,6 @@ class Watcher:
         leader renewed it. The watch then sees the key go, as for any expiry. A read
         first confirms that the key is still the one seen: a watch that lags says
         nothing about the agent."""
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(STALE_CHECK)
             if not self.leader:
@@ -383,9 +377,9 @@ class Watcher:
                 parsed = self._host_record(key)
                 record = json_or_none(kv.value)
                 ttl = record.get("ttl") if isinstance(record, dict) else None
+                age = self.loop.time() - self.seen.get(key, self.loop.time())
                 if (parsed is None or parsed.kind != "alive" or not kv.lease
-                        or not isinstance(ttl, (int, float))
-                        or loop.time() - self.seen.get(key, loop.time()) < ttl + STALE_SLACK):
+                        or not isinstance(ttl, (int, float)) or age < ttl + STALE_SLACK):
                     continue
                 try:
                     current = await asyncio.to_thread(reader.get, key)
@@ -393,9 +387,9 @@ class Watcher:
                         continue
                     LOG.warning("%s: liveness key not rewritten for %.1f s (ttl %s): ending "
                                 "lease %x, which etcd renewed on a leader election",
-                                parsed.host, loop.time() - self.seen[key], ttl, kv.lease)
+                                parsed.host, age, ttl, kv.lease)
                     await asyncio.to_thread(reader.revoke_lease, kv.lease)
-                    self.seen[key] = loop.time()  # once; the watch brings the rest
+                    self.seen[key] = self.loop.time()  # once; the watch brings the rest
                 except EtcdError as err:
                     LOG.warning("ending the stale lease of %s: %s; retrying", parsed.host, err)
 
@@ -403,14 +397,8 @@ class Watcher:
         """As the leader, report every hypervisor down while etcd records VMs on it."""
         if not self.leader or not self.ready.is_set():
             return
-        while True:
-            try:
-                records = await asyncio.to_thread(
-                    reader.get_prefix, etcd_keys.vms_prefix(cluster=self.cluster))
-                break
-            except EtcdError as err:
-                LOG.warning("resync: %s; retrying", err)
-                await asyncio.sleep(RETRY)
+        records = await _until_answered("resync", reader.get_prefix,
+                                        etcd_keys.vms_prefix(cluster=self.cluster))
         busy: set[str] = set()
         for record in (json_or_none(kv.value) for kv in records):
             if isinstance(record, dict) and record.get("state") in ACTIVE:
@@ -443,6 +431,17 @@ class Watcher:
                 hosts.setdefault(parsed.host, set()).add(parsed.kind)
         return sorted(host for host, kinds in hosts.items()
                       if "alive" not in kinds and "maintenance" not in kinds)
+
+
+async def _until_answered(what: str, read, *args: Any) -> Any:
+    """`read(*args)` in a thread, retried until etcd answers: a watcher outlives any
+    outage."""
+    while True:
+        try:
+            return await asyncio.to_thread(read, *args)
+        except EtcdError as err:
+            LOG.warning("%s: %s; retrying", what, err)
+            await asyncio.sleep(RETRY)
 
 
 async def main(queue: asyncio.Queue, args: dict[str, Any]) -> None:

@@ -25,6 +25,8 @@ SPEC = {"vcpus": 1, "memory_mb": 128, "domain_type": "kvm", "machine": "pc", "ke
         "initrd": None, "cmdline": None, "disks": [DISK, RBD_DISK],
         "nics": [{"network": "default", "bridge": None, "mac": None, "model": "virtio"}],
         "serial_log": None}
+# What a task gives: the module fills in the rest.
+TASK_SPEC = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
 
 
 def params(**changes):
@@ -145,7 +147,7 @@ def test_a_domain_running_on_both_hosts_is_refused(conn):
 def test_the_module_reports_in_check_mode_and_validates_its_spec(tmp_path):
     define = {"yasco.cluster.libvirt_domain": {
         "uri": URI, "name": "vm2", "state": "running",
-        "spec": {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}}}
+        "spec": TASK_SPEC}}
     bad = {"yasco.cluster.libvirt_domain": {
         "uri": URI, "name": "vm3", "spec": {"vcpus": 1, "memory_mb": 64, "disks": [{}]}},
         "ignore_errors": True}
@@ -172,12 +174,11 @@ def test_module_defaults_set_the_uri_for_the_action_group(tmp_path):
 
 
 def test_a_batch_runs_each_domain_on_one_connection_and_reports_each(tmp_path):
-    spec = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
     # test:///default starts afresh on every connection, so the second vm2 changing
     # nothing shows the batch shares one connection, and that it is idempotent.
     batch = {"name": "batch", "diff": True, "yasco.cluster.libvirt_domain": {
         "uri": URI, "state": "running",
-        "domains": [{"name": "vm2", "spec": spec}, {"name": "vm2", "spec": spec},
+        "domains": [{"name": "vm2", "spec": TASK_SPEC}, {"name": "vm2", "spec": TASK_SPEC},
                     {"name": "test", "state": "destroyed"}]}}
     rc, (result,) = run_playbook(local_play(batch), tmp_path=tmp_path)
     assert rc == 0, result
@@ -218,9 +219,8 @@ def test_the_vm_kind_is_kept_in_the_domain_metadata_and_compared(conn):
 
 
 def test_a_batch_that_keeps_going_tries_every_domain_and_names_each_failure(tmp_path):
-    spec = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
-    domains = [{"name": "vm2", "spec": spec}, {"name": "ghost"}, {"name": "vm5", "spec": spec},
-               {"name": "vm6", "spec": spec}]
+    domains = [{"name": "vm2", "spec": TASK_SPEC}, {"name": "ghost"},
+               {"name": "vm5", "spec": TASK_SPEC}, {"name": "vm6", "spec": TASK_SPEC}]
     going = {"name": "going", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
         "uri": URI, "state": "running", "keep_going": True, "domains": domains}}
     stopping = {"name": "stopping", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
@@ -237,10 +237,9 @@ def test_a_batch_that_keeps_going_tries_every_domain_and_names_each_failure(tmp_
 
 
 def test_a_parallel_batch_runs_every_domain_and_returns_them_in_order(tmp_path):
-    spec = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
     names = [f"vm{i}" for i in range(2, 9)]
-    domains = [{"name": name, "spec": spec} for name in names[:3]] + [{"name": "ghost"}] + [
-        {"name": name, "spec": spec} for name in names[3:]]
+    domains = [{"name": name, "spec": TASK_SPEC} for name in names]
+    domains.insert(3, {"name": "ghost"})
     parallel = {"name": "parallel", "ignore_errors": True, "yasco.cluster.libvirt_domain": {
         "uri": URI, "state": "running", "keep_going": True, "parallel": 3,
         "domains": domains}}
