@@ -32,6 +32,22 @@ _PRIVATE_DIRS = [
     ("root-ssh", "/root/.ssh"),
 ]
 
+# The guests run at a lower CPU priority than everything else of the lab (etcd, Ceph,
+# libvirtd, the agents, the controller), as a real hypervisor reserves CPU for its
+# own services (yasco_reserved): the machine's few cores are shared by every host,
+# and emulated guests booting would otherwise starve the control plane whose speed
+# the lab tests. libvirt runs the QEMU it finds at the usual path, so the host's
+# view of that path is a wrapper that starts the real one under nice.
+_QEMU = "/usr/bin/qemu-system-x86_64"
+# QEMU finds its firmware and modules from its binary's path (../share, ../lib), so
+# the real binary sits in a tree that leads there.
+_QEMU_TREE = "/run/yasco-lab-qemu"
+_QEMU_REAL = f"{_QEMU_TREE}/bin/qemu-system-x86_64"
+_GUEST_NICE = 10
+_QEMU_WRAPPER = f"""#!/bin/sh
+exec nice -n {_GUEST_NICE} {_QEMU_REAL} "$@"
+"""
+
 # The agent runs from this checkout with the lab's Python, as the role
 # yasco.cluster.agent runs it from its installed copy.
 _REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +132,9 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     if _REPO.is_relative_to("/tmp") or _REPO.is_relative_to("/run"):
         keep = f"mkdir -p {stash} && mount --bind {_REPO} {stash}"
         restore = f"mkdir -p {_REPO} && mount --bind {stash} {_REPO}"
+    wrapper = host.root / "qemu-system-x86_64"
+    wrapper.write_text(_QEMU_WRAPPER)
+    wrapper.chmod(0o755)
     node.run("sh", "-ec", f"""
         {keep}
         mount -t tmpfs -o mode=0755 tmpfs /run
@@ -123,6 +142,12 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
         {restore}
         mkdir -p /run/sshd /run/lock
         {mounts}
+        mkdir -p {_QEMU_TREE}/bin
+        ln -s /usr/share {_QEMU_TREE}/share
+        ln -s /usr/lib {_QEMU_TREE}/lib
+        touch {_QEMU_REAL}
+        mount --bind {_QEMU} {_QEMU_REAL}
+        mount --bind {wrapper} {_QEMU}
     """)
     logs = host.root / "log"
     node.start_daemon(*etcd.member_command(host, cluster), log=logs / "etcd.log")

@@ -136,11 +136,12 @@ def _start(item: dict[str, Any], record: dict[str, Any], target: str,
     source = record.get("host") if claim else record.get("from")
     starting = {"host": target, "state": "starting", "from": source}
     disks = [d["rbd"] for d in item["domain"]["spec"].get("disks", []) if d.get("rbd")]
+    uri = hosts.get(target, {}).get("uri") or item["uri"]
     return {
-        "vm": item["name"], "from": source, "to": target,
-        "uri": hosts.get(target, {}).get("uri") or item["uri"],
+        "vm": item["name"], "from": source, "to": target, "uri": uri,
         "priority": item.get("priority", 0), "images": disks,
-        "domain": item["domain"],
+        # libvirt_domain's options: defined and started on the target.
+        "domain": {**item["domain"], "uri": uri},
         "claim": {"key": key, "value": starting, "if_value": record} if claim else None,
         # The same shape as provisioning's, which rebalance and return home compare.
         "record": {"key": key, "value": {"host": target, "state": "running"},

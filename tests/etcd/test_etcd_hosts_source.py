@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import queue
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -142,6 +143,42 @@ def test_hosts_that_fail_together_make_one_event(etcd, cluster, start):
         wait_until_leading(source)
         client.revoke_lease(rack)
         event = source.next()
+        assert (event["type"], event["hosts"], event["down"]) == (
+            "host_down", ["hv1", "hv2"], ["hv1", "hv2"])
+
+
+def beating(client, cluster: str, host: str, ttl: float, lease: int | None = None) -> int:
+    """`host` alive, with the TTL its agent registers; returns the lease."""
+    lease = lease or client.grant_lease(60).id
+    client.put_json(etcd_keys.alive_key(host, cluster=cluster), {"ttl": ttl}, lease=lease)
+    return lease
+
+
+def test_a_failure_is_reported_without_the_settle_wait_while_the_others_beat(
+        etcd, cluster, start):
+    with etcd.client() as client:
+        lease = beating(client, cluster, "hv1", ttl=60)
+        beating(client, cluster, "hv2", ttl=60)  # rewritten within ttl / 3: beating
+        source = start(settle=3 * WAIT)
+        wait_until_leading(source)
+        client.revoke_lease(lease)
+        event = source.next()  # within WAIT: the settle time was not waited out
+        assert (event["type"], event["hosts"]) == ("host_down", ["hv1"])
+
+
+def test_a_host_that_went_quiet_with_a_failed_one_is_reported_with_it(etcd, cluster, start):
+    with etcd.client() as client:
+        # Quiet once not rewritten for ttl / 3 = 0.5 s; the leader itself ends such a
+        # lease 2 s after the last rewrite, which reports it too.
+        first, second = (beating(client, cluster, host, ttl=1.5) for host in ("hv1", "hv2"))
+        beating(client, cluster, "hv3", ttl=60)
+        source = start(settle=3 * WAIT)
+        wait_until_leading(source)
+        assert wait_for(lambda: set(source.watcher._quiet()) == {"hv1", "hv2"}, WAIT)
+        client.revoke_lease(first)
+        time.sleep(0.3)  # apart, as a rack's leases expire: hv1 alone must not be reported
+        client.revoke_lease(second)
+        event = source.next()  # within WAIT: once none is quiet, no more waiting
         assert (event["type"], event["hosts"], event["down"]) == (
             "host_down", ["hv1", "hv2"], ["hv1", "hv2"])
 

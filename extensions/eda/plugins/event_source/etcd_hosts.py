@@ -26,8 +26,10 @@ description:
     (C(maintenance)).
   - A liveness key removed by the agent's planned stop, which writes a maintenance
     marker first, is no failure and emits nothing.
-  - Hosts failing within O(settle) seconds of each other are reported in one
-    C(host_down) event, so that one evacuation handles them all.
+  - A failure is reported at once when every other host is beating. When another
+    host has gone quiet too (its liveness key not rewritten for a third of its TTL,
+    as when a rack loses power), the report waits for it, up to O(settle) seconds,
+    so that one C(host_down) event, and one evacuation, covers them all.
   - Never loses a change, and waits on no dead etcd member. It watches through every
     endpoint at once and takes each change from the stream that delivers it first; a
     stream resumes from the last revision applied after any break. The hosts' records
@@ -64,12 +66,14 @@ options:
     elements: str
   settle:
     description:
-      - Seconds to wait after a failure for others that belong with it. The agents'
-        leases expire within their renewal interval of each other when hosts fail
-        together. A failure that comes later triggers another evacuation, of the
-        whole failed set again.
+      - The longest wait, in seconds, after a failure for the hosts that went quiet
+        with it. The leases of hosts that fail together expire within their renewal
+        interval plus etcd's half-second expiry check of each other. A failure that
+        comes later triggers another evacuation, of the whole failed set again.
+      - No wait at all when every other host has rewritten its liveness key within a
+        third of its TTL.
     type: float
-    default: 0.5
+    default: 1.0
   leader_ttl:
     description: The watchers' leader lease, in seconds.
     type: int
@@ -168,7 +172,7 @@ class Watcher:
                           else list(args["endpoints"]))
         self.cluster = args.get("cluster") or etcd_keys.DEFAULT_CLUSTER
         self.hosts = set(args.get("hosts") or [])
-        self.settle = float(args.get("settle", 0.5))
+        self.settle = float(args.get("settle", 1.0))
         self.ttl = int(args.get("leader_ttl", 5))
         self.name = args.get("name") or f"{socket.gethostname()}-{os.getpid()}"
         self.prefix = etcd_keys.hosts_prefix(cluster=self.cluster)
@@ -276,17 +280,18 @@ class Watcher:
             await self._read_hosts(queue, reader)
             stale = asyncio.create_task(self._end_stale_leases(reader))
             while True:
-                try:
-                    # Counted from the first failure: the agents' rewrites keep
-                    # changes coming, and must not put the report off.
-                    item = await asyncio.wait_for(
-                        self.inbox.get(),
-                        max(0.0, settled - self.loop.time()) if pending else None)
-                except asyncio.TimeoutError:
+                # Counted from the first failure: the agents' rewrites keep changes
+                # coming, and must not put the report off.
+                if pending and (self.loop.time() >= settled or not self._quiet()):
                     down = self._down()
                     await self._emit(queue, "host_down", sorted(pending & set(down)),
                                      down=down)  # not those back within `settle`
                     pending = set()
+                try:
+                    item = await asyncio.wait_for(
+                        self.inbox.get(),
+                        max(0.0, settled - self.loop.time()) if pending else None)
+                except asyncio.TimeoutError:
                     continue
                 if item[0] == "leader":
                     await self._resync(queue, reader)
@@ -421,6 +426,23 @@ class Watcher:
                    "resync": resync, "watcher": self.name, **(details or {})}
         LOG.warning("%s: %s", kind, ", ".join(hosts))
         await queue.put({"yasco": payload})
+
+    def _quiet(self) -> list[str]:
+        """The hosts still alive whose liveness key has not been rewritten for a third
+        of their TTL (or that registered none): an agent beats at least that often, so
+        these may be failing with the ones pending."""
+        now = self.loop.time()
+        quiet = []
+        for key, at in list(self.seen.items()):
+            parsed = self._host_record(key)
+            if parsed is None or parsed.kind != "alive":
+                continue
+            kv = self.records.get(key)
+            record = json_or_none(kv.value) if kv is not None else None
+            ttl = record.get("ttl") if isinstance(record, dict) else None
+            if not isinstance(ttl, (int, float)) or now - at > ttl / 3:
+                quiet.append(parsed.host)
+        return quiet
 
     def _down(self) -> list[str]:
         """The hypervisors with neither a liveness key nor a maintenance marker."""
