@@ -5,10 +5,11 @@ running, and writing, on their planned targets.
 
 Brings the lab up if it is not, provisions N HA canary VMs spread over its three
 hypervisors, and runs the HA watcher (scripts/watch). Each run crashes one hypervisor
-(in turn) and prints its timeline, then boots it again, lifts its fence and moves the
-VMs home with playbooks/rebalance.yml. The last table gives the median of each phase
-and the lease's TTL beside it: the agent's lease has to expire before anything can
-react, so the TTL is the floor no design with these settings can beat.
+(in turn) and prints its timeline, then boots it again and times the watcher's
+return home (playbooks/return_home.yml), with each live migration's guest pause.
+The failover table gives the median of each phase and the lease's TTL beside it:
+the agent's lease has to expire before anything can react, so the TTL is the floor
+no design with these settings can beat.
 
 Phases, all from the crash:
 - lease expired: the host's liveness key is gone from etcd (this script watches it);
@@ -76,9 +77,10 @@ def wait(what: str, condition, timeout: float, every: float = 0.05):
     raise SystemExit(f"{what}: not within {timeout} s")
 
 
-def watcher_event_time(log: Path, host: str, since: float) -> float | None:
+def watcher_event_time(log: Path, host: str, since: float,
+                       kind: str = "host_down") -> float | None:
     for line in log.read_text(errors="replace").splitlines():
-        if f"host_down: {host}" in line:
+        if f"{kind}: {host}" in line:
             stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
             at = stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
             if at >= since:
@@ -140,21 +142,42 @@ def one_run(etcd: EtcdClient, lab: dict, inv: Path, vdm: dict, host: str,
             "vms": len(moving)}
 
 
-def restore(lab: dict, inv: Path, host: str) -> None:
+def return_home(etcd: EtcdClient, vdm: dict, host: str, log: Path) -> dict[str, float]:
+    """Boot the crashed host and time what the watcher's return home does: from the
+    boot, its agent registered, host_stable (after the hold-down), each VM recorded
+    home; and each live migration's guest pause, the longest gap between the canary's
+    records around it (they come every 0.2 s or so)."""
+    moving = sorted(n for n, h in vdm["home"].items() if h == host)
     subprocess.run([str(BIN / "yasco-lab"), "boot", host], check=True, capture_output=True)
-    address = next(h["address"] for h in lab["hosts"] if h["name"] == host)
-    play = inv.parent / "unfence.yml"
-    play.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"yasco.cluster.ceph_fence": {"addresses": [address], "state": "absent",
-                                      "conf": "{{ yasco_ceph_conf }}",
-                                      "keyring": "{{ yasco_ceph_keyring }}",
-                                      "client": "{{ yasco_ceph_client }}"}},
-        {"yasco.cluster.etcd_key": {"key": etcd_keys.fence_key(host, cluster=CLUSTER),
-                                    "state": "absent",
-                                    "endpoints": "{{ yasco_etcd_endpoints }}"}}]}]))
-    run(str(BIN / "ansible-playbook"), "-i", str(inv), str(play))
-    # The VMs left behind on the crashed host are defined there but not running.
-    playbook("rebalance", inv)
+    booted = time.time()
+    wait("agent registered", lambda: etcd.get(etcd_keys.alive_key(host, cluster=CLUSTER))
+         is not None, 120)
+    registered = time.time()
+    home: dict[str, float] = {}
+    prefix = etcd_keys.vms_prefix(cluster=CLUSTER)
+
+    def all_home() -> bool:
+        now = time.time()
+        for kv in etcd.get_prefix(prefix):
+            name = kv.key.rsplit("/", 1)[-1]
+            done = kv.json() == {"host": host, "state": "running"}
+            if name in moving and name not in home and done:
+                home[name] = now
+        return len(home) == len(moving)
+
+    wait("VMs home", all_home, 600, every=0.2)
+    stable = watcher_event_time(log, host, booted, kind="host_stable")
+    pauses = []
+    for name in moving:
+        stamps = [r.timestamp for r in storage.canary_records(name)
+                  if registered - 5 <= r.timestamp <= home[name] + 5]
+        pauses.append(max((b - a for a, b in zip(stamps, stamps[1:])), default=float("nan")))
+    return {"registered": registered - booted,
+            "host_stable": (stable - booted) if stable else float("nan"),
+            "first home": min(home.values()) - booted,
+            "all home": max(home.values()) - booted,
+            "pause median": statistics.median(pauses),
+            "pause max": max(pauses)}
 
 
 def main() -> None:
@@ -164,6 +187,7 @@ def main() -> None:
     args = parser.parse_args()
     lab = lab_status()
     rows = []
+    returns: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="yasco-failover-") as scratch:
         inv, names = inventory(lab, args.vms, Path(scratch) / "inventory")
         playbook("plan", inv)
@@ -187,7 +211,10 @@ def main() -> None:
                     print(f"run {index + 1}: crash {host}: " + ", ".join(
                         f"{k} {v:.1f}" if k != "vms" else f"{v} VMs" for k, v in row.items()),
                         flush=True)
-                    restore(lab, inv, host)
+                    back = return_home(etcd, vdm, host, log)
+                    returns.append(back)
+                    print(f"run {index + 1}: boot {host}: " + ", ".join(
+                        f"{k} {v:.1f}" for k, v in back.items()), flush=True)
         finally:
             # Cleaning up must not hide why a run stopped: boot what is down, and
             # report a removal that fails instead of raising.
@@ -219,6 +246,20 @@ def main() -> None:
         after = statistics.median(row[phase] - row["lease expired"] for dummy, row in rows)
         print(f"{phase:<16} {median:>9.1f} {min(values):>7.1f} {max(values):>7.1f}  "
               f"{median / hypervisor.AGENT_TTL:>6.1f}x  {after:>12.1f}")
+
+    print(f"\nReturn home, seconds from the boot, median of {len(returns)} runs (the "
+          f"watcher's hold-down is {vdm_hold_down(inv):g} s); pause: a canary's longest "
+          "gap between writes around its live migration (about 0.2 s without one)")
+    print(f"{'phase':<16} {'median s':>9} {'min s':>7} {'max s':>7}")
+    for phase in returns[0]:
+        values = [row[phase] for row in returns]
+        print(f"{phase:<16} {statistics.median(values):>9.1f} {min(values):>7.1f} "
+              f"{max(values):>7.1f}")
+
+
+def vdm_hold_down(inv: Path) -> float:
+    settings = yaml.safe_load((inv / "group_vars" / "all" / "lab.yml").read_text())
+    return float(settings.get("yasco_return_hold_down", 60))
 
 
 if __name__ == "__main__":

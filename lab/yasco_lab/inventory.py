@@ -50,6 +50,9 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
         "yasco_ceph_pool": CEPH_POOL,
         "yasco_ceph_monitors": [f"{ceph_address()}:{CEPH_MON_PORT}"],
         "yasco_virt_type": virt_type,
+        # How long a returned host must stay up before the HA watcher brings its VMs
+        # home (60 s by default): short, for the tests and the demo.
+        "yasco_return_hold_down": 10,
         # Any VM without boot settings of its own boots the canary guest.
         "yasco_vm_defaults": {**canary, "memory_mb": 128, "vcpus": 1, "disk_gb": 1},
     }

@@ -10,8 +10,10 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     EvacuationError, after_fence, plan as evacuation)
+from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
+    ReturnHomeError, plan as return_home)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, plan_moves, waves)
+    RebalanceError, move_steps, plan_moves, settled_records, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
     ProvisioningError, provisioning_items)
 
@@ -45,20 +47,6 @@ def vm_records_prefix(cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"vm_records_prefix: {err}") from err
 
 
-def _move_steps(move, cluster):
-    """What the rebalance role writes for one move: its etcd claim and record (each an
-    element of etcd_key's batch) and its history event."""
-    key = etcd_keys.vm_key(move["vm"], cluster=cluster)
-    migrating = {"host": move["from"], "state": "migrating", "to": move["to"]}
-    return {"label": f"{move['vm']}: {move['from']} -> {move['to']}",
-            "claim": {"key": key, "value": migrating,
-                      "if_value": {"host": move["from"], "state": "running"}},
-            "record": {"key": key, "value": {"host": move["to"], "state": "running"},
-                       "if_value": migrating},
-            "event": {"vm": move["vm"], "host": move["to"],
-                      "details": {"from": move["from"]}}}
-
-
 def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CLUSTER):
     """Waves of live migrations from where VMs run (cluster_status's vms) to their
     homes in `vdm`."""
@@ -67,7 +55,7 @@ def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CL
     try:
         moves = plan_moves(current, vdm or {})
         grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)))
-        return [[{**m, **_move_steps(m, cluster)} for m in wave] for wave in grouped]
+        return [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped]
     except (RebalanceError, ValueError) as err:
         raise AnsibleFilterError(f"cannot rebalance: {err}") from err
 
@@ -85,9 +73,54 @@ def evacuation_fenced(evacuation, fence_result):
     return after_fence(evacuation or {"start": []}, fence_result or {})
 
 
+def rebalance_settled(failed_moves, status_vms):
+    """The records of the moves that failed, where libvirt says their VMs run."""
+    return settled_records(failed_moves or [], status_vms or [])
+
+
+def rebalance_outcome(waited):
+    """The moves of a wave that were made and those that failed, with why, from the
+    registered loop of async_status over its migrations."""
+    outcome = {"moved": [], "failed": [], "errors": []}
+    for result in (waited or {}).get("results") or []:
+        move = (result.get("item") or {}).get("item") or {}
+        if result.get("failed"):
+            outcome["failed"].append(move)
+            outcome["errors"].append(f"{move.get('label', move.get('vm'))}: "
+                                     f"{result.get('msg', 'failed')}")
+        else:
+            outcome["moved"].append(move)
+    return outcome
+
+
+def return_home_plan(status, vdm, items, host, cluster=etcd_keys.DEFAULT_CLUSTER,
+                     concurrency=2):
+    """The return home of `host` once it is back (see module_utils/return_home.py)."""
+    try:
+        return return_home(status or {}, vdm or {}, items or [], host, cluster,
+                           int(concurrency))
+    except (ReturnHomeError, ValueError) as err:
+        raise AnsibleFilterError(f"cannot return {host} home: {err}") from err
+
+
+def batch_succeeded(result):
+    """The names of the items a batch task (with keep_going) did, from its registered
+    result; none when it was skipped."""
+    return [item.get("name") for item in (result or {}).get("results") or []
+            if item and not item.get("failed")]
+
+
+def batch_errors(result):
+    """Why a batch task failed, as a list of one message; empty when it did not."""
+    return [result.get("msg", "failed")] if (result or {}).get("failed") else []
+
+
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
                 "rebalance_waves": rebalance_waves, "vdm_version_key": vdm_version_key,
                 "vm_records_prefix": vm_records_prefix, "evacuation_plan": evacuation_plan,
-                "evacuation_fenced": evacuation_fenced}
+                "evacuation_fenced": evacuation_fenced, "return_home_plan": return_home_plan,
+                "rebalance_settled": rebalance_settled,
+                "rebalance_outcome": rebalance_outcome, "batch_succeeded": batch_succeeded,
+                "batch_errors": batch_errors}

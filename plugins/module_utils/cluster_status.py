@@ -70,13 +70,15 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         for dom, state in (domains or {}).items():
             seen.setdefault(dom, []).append((name, state))
         registered = etcd.get(etcd_keys.registered_key(name, cluster=cluster))
+        fence = etcd.get(etcd_keys.fence_key(name, cluster=cluster))
         hosts.append({
             "name": name,
             "uri": uri,
             "registered": from_json(registered.value, registered.key) if registered else None,
             "alive": alive is not None,
             "lease_ttl": ttl,
-            "fenced": etcd.get(etcd_keys.fence_key(name, cluster=cluster)) is not None,
+            "fenced": fence is not None,
+            "fence": from_json(fence.value, fence.key) if fence else None,
             "maintenance": maintenance,
             "libvirt": reachable,
             "domains": sorted(domains or {}),

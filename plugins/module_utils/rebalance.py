@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+
 RESOURCES = ("vcpus", "memory_mb", "net_mbps")
 _EPSILON = 1e-9
 
@@ -28,14 +30,16 @@ def _size(vm: dict[str, Any]) -> dict[str, float]:
     return {r: float(vm.get(r, 0) or 0) for r in RESOURCES}
 
 
-def _fits(load: dict[str, float], size: dict[str, float], capacity: dict[str, Any]) -> bool:
+def fits(load: dict[str, float], size: dict[str, float], capacity: dict[str, Any]) -> bool:
     return all(load[r] + size[r] <= float(capacity[r]) + _EPSILON
                for r in RESOURCES if capacity.get(r) is not None)
 
 
-def plan_moves(current: dict[str, str], vdm: dict[str, Any]) -> list[dict[str, str]]:
+def plan_moves(current: dict[str, str], vdm: dict[str, Any],
+               only: set[str] | None = None) -> list[dict[str, str]]:
     """Moves (vm, from, to), in order, from `current` (VM -> host it runs on) to the
-    VDM's homes, using the sizes and capacities the VDM records."""
+    VDM's homes, using the sizes and capacities the VDM records; with `only`, of
+    those VMs alone (the others stay where they are, and take their room)."""
     sizes = {name: _size(vm) for name, vm in (vdm.get("vms") or {}).items()}
     capacity = vdm.get("hosts") or {}
     home = vdm.get("home") or {}
@@ -48,7 +52,8 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any]) -> list[dict[str, s
     for name, host in where.items():
         for r, amount in sizes.get(name, _size({})).items():
             load[host][r] += amount
-    pending = {n for n, h in where.items() if n in home and home[n] != h}
+    pending = {n for n, h in where.items() if n in home and home[n] != h
+               and (only is None or n in only)}
     moves: list[dict[str, str]] = []
 
     def move(name: str, destination: str) -> None:
@@ -64,7 +69,7 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any]) -> list[dict[str, s
         return sorted(names, key=lambda n: (-sum(sizes[n].values()), n))
 
     while pending:
-        ready = [n for n in order(pending) if _fits(load[home[n]], sizes[n], capacity[home[n]])]
+        ready = [n for n in order(pending) if fits(load[home[n]], sizes[n], capacity[home[n]])]
         if ready:
             move(ready[0], home[ready[0]])
             pending.discard(ready[0])
@@ -72,7 +77,7 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any]) -> list[dict[str, s
         # A cycle: hop the smallest waiting VM to the roomiest host that takes it.
         for name in reversed(order(pending)):
             hops = [h for h in sorted(capacity) if h not in (where[name], home[name])
-                    and _fits(load[h], sizes[name], capacity[h])]
+                    and fits(load[h], sizes[name], capacity[h])]
             if hops:
                 move(name, max(hops, key=lambda h: min(
                     (float(capacity[h][r]) - load[h][r]) / float(capacity[h][r])
@@ -105,7 +110,7 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
         size = sizes[step["vm"]]
         clash = any(m["vm"] == step["vm"] for m in wave)
         if wave and (clash or len(wave) >= concurrency
-                     or not _fits(load[step["to"]], size, capacity[step["to"]])):
+                     or not fits(load[step["to"]], size, capacity[step["to"]])):
             for done in wave:  # the wave ends: its VMs leave their sources
                 for r, amount in sizes[done["vm"]].items():
                     load[done["from"]][r] -= amount
@@ -117,3 +122,37 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
     if wave:
         out.append(wave)
     return out
+
+
+def move_steps(move: dict[str, str], cluster: str) -> dict[str, Any]:
+    """What a live migration writes: its etcd claim, its record once moved, the record
+    that puts it back where it was when the move fails (each an element of etcd_key's
+    batch), and its history event."""
+    key = etcd_keys.vm_key(move["vm"], cluster=cluster)
+    migrating = {"host": move["from"], "state": "migrating", "to": move["to"]}
+    return {"label": f"{move['vm']}: {move['from']} -> {move['to']}",
+            "claim": {"key": key, "value": migrating,
+                      "if_value": {"host": move["from"], "state": "running"}},
+            "record": {"key": key, "value": {"host": move["to"], "state": "running"},
+                       "if_value": migrating},
+            "stayed": {"key": key, "value": {"host": move["from"], "state": "running"},
+                       "if_value": migrating},
+            "event": {"vm": move["vm"], "host": move["to"],
+                      "details": {"from": move["from"]}}}
+
+
+def settled_records(failed: list[dict[str, Any]], vms: list[dict[str, Any]]
+                    ) -> list[dict[str, Any]]:
+    """For the moves that failed (move_steps' elements), the records that say where
+    each VM runs by libvirt (cluster_status' vms): still at its source, or at its
+    target after all. A VM that runs nowhere or twice keeps its `migrating` record,
+    for an operator to settle."""
+    where = {vm["name"]: vm.get("running_on") or [] for vm in vms}
+    records = []
+    for move in failed:
+        running = where.get(move["vm"], [])
+        if running == [move["from"]]:
+            records.append(move["stayed"])
+        elif running == [move["to"]]:
+            records.append(move["record"])
+    return records

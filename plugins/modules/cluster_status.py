@@ -78,8 +78,8 @@ RETURN = r"""
 hypervisors:
   description: Per hypervisor, C(name), C(uri), C(registered) (what its agent last
     registered, such as C(address) and C(ceph_addrs), or null), C(alive),
-    C(lease_ttl), C(fenced), C(maintenance), C(libvirt) (reachable or not) and
-    C(domains).
+    C(lease_ttl), C(fenced), C(fence) (its C(fences/<host>) record, or null),
+    C(maintenance), C(libvirt) (reachable or not) and C(domains).
   returned: success
   type: list
   elements: dict

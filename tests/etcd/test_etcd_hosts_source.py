@@ -183,6 +183,39 @@ def test_a_host_that_went_quiet_with_a_failed_one_is_reported_with_it(etcd, clus
             "host_down", ["hv1", "hv2"], ["hv1", "hv2"])
 
 
+def test_a_host_back_up_is_stable_after_the_hold_down_and_a_flapping_one_is_not(
+        etcd, cluster, start):
+    with etcd.client() as client:
+        register(client, cluster, "hv1")
+        register(client, cluster, "hv2")
+        source = start(hold_down=2)
+        wait_until_leading(source)
+        flap = register(client, cluster, "hv1")  # back with a new lease
+        assert (source.next()["type"]) == "host_up"
+        client.revoke_lease(flap)  # and down again within the hold-down
+        assert (source.next()["type"]) == "host_down"
+        last = register(client, cluster, "hv1")
+        assert (source.next()["type"]) == "host_up"
+        # The hold-down counts from the last return, on its lease.
+        assert source.watcher.returning["hv1"][0] == last
+        event = source.next()
+        assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
+        # Once: the next event is the one asked for below, not a second host_stable.
+        client.put_json(etcd_keys.maintenance_key("hv2", cluster=cluster), {"by": "operator"})
+        assert source.next()["type"] == "maintenance"
+
+
+def test_a_new_leader_counts_the_hold_down_of_a_host_up_while_still_fenced(
+        etcd, cluster, start):
+    with etcd.client() as client:
+        register(client, cluster, "hv1")
+        register(client, cluster, "hv2")
+        client.put_json(etcd_keys.fence_key("hv1", cluster=cluster), {"by": "evacuate"})
+        source = start(hold_down=0.5)
+        event = source.next()
+        assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
+
+
 def test_a_planned_stop_is_no_failure_and_an_operators_marker_asks_for_maintenance(
         etcd, cluster, start):
     with etcd.client() as client:

@@ -2,7 +2,8 @@
 yasco.cluster.etcd_hosts source) over canary VMs provisioned from a planned VDM.
 A crashed or partitioned hypervisor's HA VMs run again on their planned targets,
 started once, never twice at a time, and each canary carries on from its last
-durable write; killing the etcd leader evacuates nothing."""
+durable write; once the host is back and stays up, the watcher brings its VMs home
+live; killing the etcd leader evacuates nothing."""
 
 from __future__ import annotations
 
@@ -171,15 +172,32 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
     assert [r for r in results if r.get("changed")] == []
     assert len(history(lab, "evacuated", ha_vms)) == 2
+    last_seq = {n: writers(n)[-1] for n in ha_vms}
     yasco_lab("boot", "hv1")
     wait_for("hv1 registered again", lambda: "hv1" not in down_hosts(lab), 60, every=0.5)
-    unfence(ha["inventory"], address_of(lab, "hv1"))
-    # Home again, live, over the stale definitions hv1 kept (return home, by hand).
-    rc, results = playbook("rebalance", ha["inventory"])
-    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    # The watcher brings everything home once hv1 has stayed up for the hold-down.
+    wait_until_home(lab, ha, "hv1")
     for name in ha_vms:
-        assert running(lab)[name] == ["hv1"] and records(lab)[name]["host"] == "hv1"
+        # Moved live: the same guest kept writing, its sequence never went back.
+        runs = writers(name)
+        assert runs[-1][0] == last_seq[name][0] and runs[-1][2] > last_seq[name][2], runs
         assert_writers_follow_each_other(name)
+    assert sorted(e["vm"] for e in history(lab, "migrated", ha_vms)) == sorted(ha_vms)
+    assert [e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"]
+
+
+def wait_until_home(lab, ha, host: str) -> None:
+    """Return home is done: every VM homed on `host` runs there and is recorded so,
+    the preempted VMs run again, and `host` is no longer fenced."""
+    vdm = ha["vdm"]
+    homed = [n for n in ha["names"].values() if vdm["home"][n] == host]
+    preempted = list(vdm["preempt"].get(host, []))
+    wait_for(f"{host}'s VMs home and the preempted running again", lambda: all(
+        running(lab).get(n) == [vdm["home"][n]]
+        and records(lab).get(n) == {"host": vdm["home"][n], "state": "running"}
+        for n in homed + preempted), EVACUATE, every=1, check=no_vm_twice(lab))
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        assert etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is None
 
 
 def down_hosts(lab) -> set[str]:
@@ -230,7 +248,12 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
                  every=1)
         assert_writers_follow_each_other(n)
     no_vm_twice(lab)()
-    unfence(ha["inventory"], address_of(lab, refuge))
+    # Return home: the copies the partitioned host kept running (its plain VM, fenced
+    # with it) are destroyed before its fence is lifted, then started afresh.
+    wait_until_home(lab, ha, refuge)
+    stale = {e["vm"] for e in history(lab, "stale-destroyed") if e.get("host") == refuge}
+    assert {n for n in ha["names"].values() if vdm["home"][n] == refuge
+            and vdm["vms"][n]["kind"] == "plain"} <= stale
 
 
 def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(lab, ha):
@@ -258,4 +281,4 @@ def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(l
         assert records(lab)[n] == {"host": claimed[n]["host"], "state": "running"}
     yasco_lab("boot", host)
     wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
-    unfence(ha["inventory"], address_of(lab, host))
+    wait_until_home(lab, ha, host)

@@ -43,11 +43,15 @@ description:
     rewrites its liveness key at each keepalive, and self-fences one TTL after the
     last rewrite that succeeded; once a host's key is that old (confirmed by a read),
     the leading watcher ends its lease, as etcd would have.
+  - A host that registered again (C(host_up)) and stays up for O(hold_down) seconds
+    is reported as C(host_stable). A new leader reports it too for a host that is up
+    while etcd still records its fence.
   - Several watchers may run at once. Only the holder of the watchers' leader lease
     emits events; another takes over within O(leader_ttl) seconds when it dies.
   - Transient errors (etcd unreachable, an election, a broken stream) are logged and
     retried; the source never exits because of them.
-  - Each event is C({"yasco": {...}}) with C(type), C(hosts) (the hosts it is about),
+  - Each event is C({"yasco": {...}}) with C(type) (C(host_down), C(host_up),
+    C(host_stable) or C(maintenance)), C(hosts) (the hosts it is about),
     C(down) (every hypervisor down now), C(cluster), C(revision), C(at), C(resync) and
     C(watcher).
 options:
@@ -74,6 +78,13 @@ options:
         third of its TTL.
     type: float
     default: 1.0
+  hold_down:
+    description:
+      - Seconds a host that registered again must stay up, on the same lease, before
+        C(host_stable) is emitted for it (the rulebook then brings its VMs home). A host
+        that fails again in that time starts over, so a flapping host gets nothing back.
+    type: float
+    default: 60
   leader_ttl:
     description: The watchers' leader lease, in seconds.
     type: int
@@ -173,6 +184,7 @@ class Watcher:
         self.cluster = args.get("cluster") or etcd_keys.DEFAULT_CLUSTER
         self.hosts = set(args.get("hosts") or [])
         self.settle = float(args.get("settle", 1.0))
+        self.hold_down = float(args.get("hold_down", 60))
         self.ttl = int(args.get("leader_ttl", 5))
         self.name = args.get("name") or f"{socket.gethostname()}-{os.getpid()}"
         self.prefix = etcd_keys.hosts_prefix(cluster=self.cluster)
@@ -187,6 +199,8 @@ class Watcher:
         # Hosts whose liveness key went while this watcher looked, even with no
         # record left; forgotten when they register again or are taken out.
         self.lost: set[str] = set()
+        # Host back up -> (its lease, when it is stable: event loop time).
+        self.returning: dict[str, tuple[int, float]] = {}
         # Liveness key -> when (event loop time) its current revision was seen.
         self.seen: dict[str, float] = {}
         self.ready = threading.Event()
@@ -287,10 +301,13 @@ class Watcher:
                     await self._emit(queue, "host_down", sorted(pending & set(down)),
                                      down=down)  # not those back within `settle`
                     pending = set()
+                await self._report_stable(queue)
+                deadlines = ([settled] if pending else []) + [
+                    due for dummy, due in self.returning.values()]
                 try:
                     item = await asyncio.wait_for(
                         self.inbox.get(),
-                        max(0.0, settled - self.loop.time()) if pending else None)
+                        max(0.0, min(deadlines) - self.loop.time()) if deadlines else None)
                 except asyncio.TimeoutError:
                     continue
                 if item[0] == "leader":
@@ -350,6 +367,7 @@ class Watcher:
             self.lost.discard(parsed.host)
         if parsed.kind == "alive" and event.kind == "DELETE":
             # A planned stop writes its marker before it ends the lease.
+            self.returning.pop(parsed.host, None)
             if etcd_keys.maintenance_key(parsed.host, cluster=self.cluster) in self.records:
                 LOG.info("%s: stopped in maintenance, no failure", parsed.host)
             else:
@@ -359,6 +377,7 @@ class Watcher:
         elif parsed.kind == "alive" and (event.previous is None
                                          or event.previous.lease != event.kv.lease):
             pending.discard(parsed.host)
+            self.returning[parsed.host] = (event.kv.lease, self.loop.time() + self.hold_down)
             await self._emit(queue, "host_up", [parsed.host],
                              details={"registration": event.kv.json()})
         elif parsed.kind == "maintenance" and event.kind == "PUT":
@@ -398,14 +417,32 @@ class Watcher:
                 except EtcdError as err:
                     LOG.warning("ending the stale lease of %s: %s; retrying", parsed.host, err)
 
+    async def _report_stable(self, queue) -> None:
+        """host_stable for each host up on the same lease for hold_down seconds."""
+        now = self.loop.time()
+        for host, (lease, due) in list(self.returning.items()):
+            if due > now:
+                continue
+            del self.returning[host]
+            alive = self.records.get(etcd_keys.alive_key(host, cluster=self.cluster))
+            if alive is not None and alive.lease == lease:
+                await self._emit(queue, "host_stable", [host])
+
     async def _resync(self, queue, reader: EtcdClient) -> None:
-        """As the leader, report every hypervisor down while etcd records VMs on it."""
+        """As the leader, report every hypervisor down while etcd records VMs on it,
+        and count the hold-down of every host up while its fence is recorded."""
         if not self.leader or not self.ready.is_set():
             return
-        records = await _until_answered("resync", reader.get_prefix,
-                                        etcd_keys.vms_prefix(cluster=self.cluster))
+        vms, fences = etcd_keys.vms_prefix(cluster=self.cluster), etcd_keys.fences_prefix(
+            cluster=self.cluster)
+        read = await _until_answered("resync", reader.get_prefixes, [vms, fences])
+        for kv in read[fences]:
+            host = kv.key.rsplit("/", 1)[-1]
+            alive = self.records.get(etcd_keys.alive_key(host, cluster=self.cluster))
+            if alive is not None and host not in self.returning:
+                self.returning[host] = (alive.lease, self.loop.time() + self.hold_down)
         busy: set[str] = set()
-        for record in (json_or_none(kv.value) for kv in records):
+        for record in (json_or_none(kv.value) for kv in read[vms]):
             if isinstance(record, dict) and record.get("state") in ACTIVE:
                 busy.add(record.get("host"))
                 # Claimed by an evacuation that did not finish starting it.

@@ -1,0 +1,190 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a return home does once a failed hypervisor is back, worked out from the
+cluster as it is now (cluster_status, with libvirt asked), the VDM and each VM's
+provisioning item. Pure Python, no I/O; playbooks/return_home.yml carries it out.
+
+In order: destroy the stale copies the host still runs of VMs that run elsewhere now
+(it was fenced: they can never be resumed), lift its fence, start its plain VMs that
+start at home, live-migrate its HA VMs back in waves that never overload a host,
+then restart the preemptible VMs that were stopped to make room, where there is room
+again. Every record changes by compare-and-swap on the record as read, so a rerun or
+a concurrent evacuation can never make a VM run twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
+    RESOURCES, RebalanceError, fits, move_steps, plan_moves, waves)
+
+
+class ReturnHomeError(Exception):
+    """The host cannot take its VMs back as things are; the message says why and
+    what to do."""
+
+
+def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]],
+         host: str, cluster: str = etcd_keys.DEFAULT_CLUSTER,
+         concurrency: int = 2) -> dict[str, Any]:
+    """The return home of `host`; ReturnHomeError before anything changes when the
+    host is not ready for it."""
+    if not isinstance(vdm, dict) or "home" not in vdm:
+        raise ReturnHomeError("no VDM: plan one with playbooks/plan.yml")
+    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
+    if host not in hosts:
+        raise ReturnHomeError(f"{host}: not a hypervisor of this inventory (known: "
+                              f"{', '.join(sorted(hosts)) or 'none'})")
+    here = hosts[host]
+    _check_ready(here)
+    fence = here.get("fence")
+    vms = {vm["name"]: vm for vm in status.get("vms", [])}
+    by_name = {item["name"]: item for item in items}
+    kinds = {name: entry.get("kind") for name, entry in (vdm.get("vms") or {}).items()}
+
+    # A copy the host runs of a VM that etcd does not record running there: the
+    # host was fenced, so that copy cannot write (a plain VM's disk went read-only
+    # with the fence too), and it must never be resumed.
+    stale, unexplained = [], []
+    for name, vm in sorted(vms.items()):
+        record = vm.get("record") or {}
+        if host not in (vm.get("running_on") or []) or (
+                record.get("host") == host and record.get("state") in ACTIVE):
+            continue
+        recorded = (f"{record.get('state')} on {record.get('host')}" if record
+                    else "no record")
+        if not fence:
+            unexplained.append(f"{name} (etcd: {recorded})")
+        stale.append({"vm": name, "recorded": recorded,
+                      "domain": {"name": name, "uri": here["uri"], "state": "destroyed"},
+                      "event": {"kind": "stale-destroyed", "vm": name, "host": host,
+                                "details": {"recorded": recorded}}})
+    if unexplained:
+        raise ReturnHomeError(
+            f"{host} runs {', '.join(unexplained)} and was never fenced: find out which "
+            "copy writes each disk, destroy the other by hand, then run this again")
+    stale_names = {s["vm"] for s in stale}
+
+    # Where each VM runs once the stale copies are gone and the plain VMs started.
+    current = {}
+    for name, vm in vms.items():
+        running = [h for h in vm.get("running_on") or []
+                   if h != host or name not in stale_names]
+        if len(running) == 1:
+            current[name] = running[0]
+    autostart = []
+    for name, vm in sorted(vms.items()):
+        record = vm.get("record") or {}
+        item = by_name.get(name)
+        if (item and item.get("autostart_on_home") and vdm["home"].get(name) == host
+                and name not in current and record.get("host") == host
+                and record.get("state") == "down"):
+            autostart.append(_start(name, item["domain"], here["uri"], host, record,
+                                    cluster))
+            current[name] = host
+
+    homecoming = {name for name, where in current.items()
+                  if vdm["home"].get(name) == host and where != host
+                  and kinds.get(name) == "ha" and _recorded(vms[name], where)}
+    try:
+        moves = plan_moves(current, vdm, only=homecoming)
+        grouped = waves(moves, current, vdm, max(1, int(concurrency)))
+    except RebalanceError as err:
+        raise ReturnHomeError(f"cannot bring {host}'s HA VMs back: {err}") from err
+    after = dict(current)
+    for move in moves:
+        after[move["vm"]] = move["to"]
+
+    restart, waiting = _preempted_restarts(vms, vdm, by_name, hosts, after, cluster)
+    return {
+        "host": host,
+        # Read before each wave: a host that fails again stops its return.
+        "alive_key": etcd_keys.alive_key(host, cluster=cluster),
+        "stale": stale,
+        "unfence": _unfence(host, fence, cluster),
+        "autostart": autostart,
+        "waves": [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped],
+        "restart": restart,
+        "waiting": waiting,
+        "away": sorted(name for name, where in after.items()
+                       if vdm["home"].get(name) == host and where != host),
+    }
+
+
+def _check_ready(here: dict[str, Any]) -> None:
+    name = here["name"]
+    if not here.get("alive"):
+        raise ReturnHomeError(f"{name}: not alive (no liveness key in etcd): boot it, "
+                              "wait for its agent to register, then run this again")
+    if here.get("maintenance"):
+        raise ReturnHomeError(f"{name}: in maintenance: bring it back with "
+                              "playbooks/undrain.yml")
+    if here.get("libvirt") != "reachable":
+        raise ReturnHomeError(f"{name}: libvirt cannot be reached at {here.get('uri')}: "
+                              "check the host, then run this again")
+    fence = here.get("fence")
+    if fence is not None and not fence.get("ceph_addrs"):
+        raise ReturnHomeError(f"{name}: its fence record names no address to unfence: "
+                              "lift the blocklist by hand (yasco.cluster.ceph_fence)")
+
+
+def _recorded(vm: dict[str, Any], where: str) -> bool:
+    record = vm.get("record") or {}
+    return record.get("host") == where and record.get("state") == "running"
+
+
+def _start(name: str, domain: dict[str, Any], uri: str, host: str,
+           record: dict[str, Any], cluster: str) -> dict[str, Any]:
+    return {"vm": name, "host": host, "domain": {**domain, "uri": uri},
+            "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
+                       "value": {"host": host, "state": "running"}, "if_value": record},
+            "event": {"vm": name, "host": host}}
+
+
+def _unfence(host: str, fence: dict[str, Any] | None, cluster: str) -> dict[str, Any] | None:
+    if not fence:
+        return None
+    return {"addresses": list(fence.get("ceph_addrs") or []),
+            "record": {"key": etcd_keys.fence_key(host, cluster=cluster), "state": "absent",
+                       "if_value": fence},
+            "event": {"kind": "unfenced", "host": host,
+                      "details": {"ceph_addrs": list(fence.get("ceph_addrs") or [])}}}
+
+
+def _preempted_restarts(vms, vdm, by_name, hosts, after, cluster):
+    """The preempted VMs to start at home, highest priority first, where their home is
+    up and has room with every VM where it will be; and those that must wait."""
+    sizes = {name: {r: float(v.get(r, 0) or 0) for r in RESOURCES}
+             for name, v in (vdm.get("vms") or {}).items()}
+    capacity = vdm.get("hosts") or {}
+    load = {h: {r: 0.0 for r in RESOURCES} for h in capacity}
+    for name, where in after.items():
+        if where in load:
+            for r, amount in sizes.get(name, {}).items():
+                load[where][r] += amount
+    restart, waiting = [], []
+    preempted = [vm for vm in vms.values()
+                 if (vm.get("record") or {}).get("state") == "preempted"
+                 and not vm.get("running_on")]
+
+    def order(vm):
+        return (-by_name.get(vm["name"], {}).get("priority", 0), vm["name"])
+
+    for vm in sorted(preempted, key=order):
+        name, record = vm["name"], vm["record"]
+        home = vdm["home"].get(name)
+        target = hosts.get(home) or {}
+        if name not in by_name or not target.get("alive") or target.get("maintenance"):
+            waiting.append({"vm": name, "why": f"its home {home} is not up"})
+        elif not fits(load[home], sizes.get(name, {}), capacity[home]):
+            waiting.append({"vm": name, "why": f"no room on {home} yet"})
+        else:
+            for r, amount in sizes.get(name, {}).items():
+                load[home][r] += amount
+            restart.append(_start(name, by_name[name]["domain"], target["uri"], home,
+                                  record, cluster))
+    return restart, waiting

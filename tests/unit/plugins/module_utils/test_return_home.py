@@ -1,0 +1,143 @@
+"""What a return home does (module_utils/return_home.py), from a cluster status, a VDM
+and provisioning items written out by hand. Carried out on the lab by
+tests/lab/test_return_home.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import settled_records
+from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
+    ReturnHomeError, plan)
+
+HOSTS = ("hv1", "hv2", "hv3")
+VDM = {
+    "version": 3,
+    "hosts": {h: {"vcpus": 4, "memory_mb": 2048} for h in HOSTS},
+    "vms": {"web": {"kind": "ha", "priority": 1, "vcpus": 1, "memory_mb": 512},
+            "db": {"kind": "ha", "priority": 5, "vcpus": 1, "memory_mb": 512},
+            "plain": {"kind": "plain", "vcpus": 1, "memory_mb": 512},
+            "batch": {"kind": "preemptible", "vcpus": 2, "memory_mb": 1024},
+            "filler": {"kind": "plain", "vcpus": 1, "memory_mb": 1024}},
+    "home": {"web": "hv1", "db": "hv1", "plain": "hv1", "batch": "hv2", "filler": "hv2"},
+    "failover": {"hv1": {"web": "hv2", "db": "hv3"}, "hv2": {}, "hv3": {}},
+    "preempt": {"hv1": ["batch"]},
+}
+URIS = {h: f"qemu+libssh://root@{h}/system" for h in HOSTS}
+FENCE = {"by": "evacuate", "method": "ceph-blocklist", "ceph_addrs": ["10.1.0.1"],
+         "boot_id": "b1"}
+
+
+def item(name: str) -> dict:
+    return {"name": name, "uri": URIS[VDM["home"][name]], "home": VDM["home"][name],
+            "priority": VDM["vms"][name].get("priority", 0),
+            "autostart_on_home": name == "plain",
+            "domain": {"name": name, "spec": {"kind": VDM["vms"][name]["kind"]}}}
+
+
+ITEMS = [item(n) for n in VDM["home"]]
+
+# hv1 came back after an evacuation: web and db run on their refuges, plain is down,
+# batch was preempted on hv2.
+AFTER_EVACUATION = {
+    "web": ({"host": "hv2", "state": "running"}, ["hv2"]),
+    "db": ({"host": "hv3", "state": "running"}, ["hv3"]),
+    "plain": ({"host": "hv1", "state": "down"}, []),
+    "batch": ({"host": "hv2", "state": "preempted"}, []),
+    "filler": ({"host": "hv2", "state": "running"}, ["hv2"]),
+}
+
+
+def status(vms=None, fence="fenced", alive=HOSTS, maintenance=(), libvirt="reachable"):
+    vms = AFTER_EVACUATION if vms is None else vms
+    fence = FENCE if fence == "fenced" else fence
+    return {
+        "hypervisors": [{"name": h, "uri": URIS[h], "alive": h in alive,
+                         "maintenance": h in maintenance,
+                         "libvirt": libvirt if h == "hv1" else "reachable",
+                         "fence": fence if h == "hv1" else None,
+                         "registered": {"boot_id": "b2"}} for h in HOSTS],
+        "vms": [{"name": n, "record": r, "running_on": on} for n, (r, on) in vms.items()],
+    }
+
+
+def test_a_returning_host_is_unfenced_gets_its_vms_back_and_the_preempted_restart():
+    done = plan(status(), VDM, ITEMS, "hv1", "c1")
+    assert done["stale"] == []
+    assert done["unfence"] == {
+        "addresses": ["10.1.0.1"],
+        "record": {"key": "/yasco/c1/fences/hv1", "state": "absent", "if_value": FENCE},
+        "event": {"kind": "unfenced", "host": "hv1", "details": {"ceph_addrs": ["10.1.0.1"]}}}
+    assert [(s["vm"], s["host"]) for s in done["autostart"]] == [("plain", "hv1")]
+    assert done["autostart"][0]["record"] == {
+        "key": "/yasco/c1/vms/plain", "value": {"host": "hv1", "state": "running"},
+        "if_value": {"host": "hv1", "state": "down"}}
+    assert done["autostart"][0]["domain"]["uri"] == URIS["hv1"]
+    moves = sorted((m["vm"], m["from"], m["to"]) for wave in done["waves"] for m in wave)
+    assert moves == [("db", "hv3", "hv1"), ("web", "hv2", "hv1")]
+    web = next(m for wave in done["waves"] for m in wave if m["vm"] == "web")
+    assert web["claim"]["if_value"] == {"host": "hv2", "state": "running"}
+    assert web["stayed"]["value"] == {"host": "hv2", "state": "running"}
+    # batch (2 vCPUs, 1 GiB) fits hv2 once web has left it.
+    assert [(r["vm"], r["host"]) for r in done["restart"]] == [("batch", "hv2")]
+    assert done["waiting"] == [] and done["away"] == []
+
+
+def test_a_preempted_vm_waits_while_its_home_has_no_room():
+    vms = {**AFTER_EVACUATION, "filler2": ({"host": "hv2", "state": "running"}, ["hv2"])}
+    filler2 = {"kind": "plain", "vcpus": 1, "memory_mb": 1024}
+    vdm = {**VDM, "vms": {**VDM["vms"], "filler2": filler2},
+           "home": {**VDM["home"], "filler2": "hv2"}}
+    done = plan(status(vms), vdm, ITEMS, "hv1")
+    assert done["restart"] == []
+    assert done["waiting"] == [{"vm": "batch", "why": "no room on hv2 yet"}]
+
+
+def test_stale_copies_on_a_fenced_host_are_destroyed_first():
+    vms = {**AFTER_EVACUATION,
+           "web": ({"host": "hv2", "state": "running"}, ["hv1", "hv2"]),
+           "plain": ({"host": "hv1", "state": "down"}, ["hv1"])}
+    done = plan(status(vms), VDM, ITEMS, "hv1")
+    assert [(s["vm"], s["domain"]["state"]) for s in done["stale"]] == [
+        ("plain", "destroyed"), ("web", "destroyed")]
+    assert all(s["domain"]["uri"] == URIS["hv1"] for s in done["stale"])
+    # Then started afresh, and moved back, as if the stale copies were not there.
+    assert [s["vm"] for s in done["autostart"]] == ["plain"]
+    assert "web" in {m["vm"] for wave in done["waves"] for m in wave}
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"alive": ("hv2", "hv3")}, "hv1: not alive"),
+    ({"maintenance": ("hv1",)}, "undrain"),
+    ({"libvirt": "unreachable"}, "libvirt cannot be reached"),
+    ({"fence": None, "vms": {**AFTER_EVACUATION,
+                             "web": ({"host": "hv2", "state": "running"}, ["hv1", "hv2"])}},
+     "was never fenced"),
+    ({"fence": {**FENCE, "ceph_addrs": []}}, "names no address"),
+])
+def test_a_host_not_ready_is_refused_before_anything_changes(change, words):
+    with pytest.raises(ReturnHomeError, match=words):
+        plan(status(**change), VDM, ITEMS, "hv1")
+
+
+def test_an_unknown_host_and_a_missing_vdm_are_refused():
+    with pytest.raises(ReturnHomeError, match="hv9: not a hypervisor"):
+        plan(status(), VDM, ITEMS, "hv9")
+    with pytest.raises(ReturnHomeError, match="no VDM"):
+        plan(status(), {}, ITEMS, "hv1")
+
+
+def test_a_host_that_never_failed_has_nothing_to_do():
+    at_home = {n: ({"host": h, "state": "running"}, [h]) for n, h in VDM["home"].items()}
+    done = plan(status(at_home, fence=None), VDM, ITEMS, "hv1")
+    assert (done["stale"], done["unfence"], done["autostart"], done["waves"],
+            done["restart"]) == ([], None, [], [], [])
+
+
+def test_a_failed_move_is_recorded_where_libvirt_runs_the_vm():
+    done = plan(status(), VDM, ITEMS, "hv1")
+    moves = {m["vm"]: m for wave in done["waves"] for m in wave}
+    where = [{"name": "web", "running_on": ["hv2"]}, {"name": "db", "running_on": ["hv1"]}]
+    assert settled_records([moves["web"], moves["db"]], where) == [
+        moves["web"]["stayed"], moves["db"]["record"]]
+    assert settled_records([moves["web"]], [{"name": "web", "running_on": []}]) == []
