@@ -8,6 +8,7 @@ a crash like a disk) and a fresh /run and /tmp on every boot, like a reboot.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import socket
 import sys
@@ -172,6 +173,24 @@ def agent_log_path(host: HostLayout) -> Path:
     return host.root / "log" / "agent.log"
 
 
+def _agent_command(host: HostLayout) -> list[str]:
+    return ["env", f"YASCO_AGENT_LIB={_REPO / 'collections'}", sys.executable,
+            str(_REPO / "roles" / "agent" / "files" / "yasco_agent.py"),
+            "--config", str(agent_config_path(host))]
+
+
+def agent_service_commands(host: HostLayout) -> dict[str, str]:
+    """Shell commands that start and stop the host's agent when run on the host (over
+    SSH), as `systemctl start|stop yasco-agent` does on a real one: the lab has no
+    systemd. A stop is graceful (SIGTERM): the agent marks maintenance first."""
+    command = _agent_command(host)
+    return {"start": f"setsid -f {shlex.join(command)} >> {agent_log_path(host)} 2>&1 "
+                     "< /dev/null",
+            "stop": f"pkill -TERM -f -x {shlex.quote(shlex.join(command[2:]))}; "
+                    f"while pgrep -f -x {shlex.quote(shlex.join(command[2:]))} >/dev/null; "
+                    "do sleep 0.2; done"}
+
+
 def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     """Write the host's agent configuration and start the agent (not waiting)."""
     others = [h.etcd_client_url for h in cluster if h.name != host.name]
@@ -179,10 +198,7 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None
               "endpoints": [host.etcd_client_url, *others], "ttl": AGENT_TTL,
               "margin": AGENT_MARGIN, "address": host.address, "ceph_addrs": [host.address]}
     agent_config_path(host).write_text(json.dumps(config, indent=2) + "\n")
-    node.start_daemon("env", f"YASCO_AGENT_LIB={_REPO / 'collections'}", sys.executable,
-                      str(_REPO / "roles" / "agent" / "files" / "yasco_agent.py"),
-                      "--config", str(agent_config_path(host)),
-                      log=agent_log_path(host))
+    node.start_daemon(*_agent_command(host), log=agent_log_path(host))
 
 
 def wait_ready(node: Node, host: HostLayout, timeout: float) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from . import hypervisor
 from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL, CEPH_SECRET_UUID,
                      CLUSTER_NAME, HostLayout, ceph_address, ceph_admin_keyring_path,
                      ceph_conf_path, inventory_dir, known_hosts_path, ssh_key_path)
@@ -30,6 +31,9 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
             "yasco_etcd_client_url": h.etcd_client_url,
             "yasco_capacity": dict(HOST_CAPACITY),
             "yasco_reserved": dict(HOST_RESERVED),
+            # No systemd in the lab: how drain and undrain stop and start the agent.
+            "yasco_agent_start_command": hypervisor.agent_service_commands(h)["start"],
+            "yasco_agent_stop_command": hypervisor.agent_service_commands(h)["stop"],
         } for h in hosts},
         "vars": {
             "ansible_user": "root",

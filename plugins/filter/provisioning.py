@@ -8,6 +8,8 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.drain import (
+    DrainError, plan as drain)
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     EvacuationError, after_fence, plan as evacuation)
 from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
@@ -31,6 +33,19 @@ def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER):
         return etcd_keys.vm_key(vm, cluster=cluster)
     except ValueError as err:
         raise AnsibleFilterError(f"vm_record_key: {err}") from err
+
+
+def host_key(host, kind, cluster=etcd_keys.DEFAULT_CLUSTER):
+    """The etcd key of one of a host's records: alive, registered or maintenance."""
+    makers = {"alive": etcd_keys.alive_key, "registered": etcd_keys.registered_key,
+              "maintenance": etcd_keys.maintenance_key}
+    if kind not in makers:
+        raise AnsibleFilterError(f"host_key: kind must be one of {', '.join(makers)}, "
+                                 f"got {kind!r}")
+    try:
+        return makers[kind](host, cluster=cluster)
+    except ValueError as err:
+        raise AnsibleFilterError(f"host_key: {err}") from err
 
 
 def vdm_version_key(cluster=etcd_keys.DEFAULT_CLUSTER):
@@ -93,6 +108,14 @@ def rebalance_outcome(waited):
     return outcome
 
 
+def drain_plan(status, vdm, host, cluster=etcd_keys.DEFAULT_CLUSTER, concurrency=2):
+    """The drain of `host` for maintenance (see module_utils/drain.py)."""
+    try:
+        return drain(status or {}, vdm or {}, host, cluster, int(concurrency))
+    except (DrainError, ValueError) as err:
+        raise AnsibleFilterError(f"cannot drain {host}: {err}") from err
+
+
 def return_home_plan(status, vdm, items, host, cluster=etcd_keys.DEFAULT_CLUSTER,
                      concurrency=2):
     """The return home of `host` once it is back (see module_utils/return_home.py)."""
@@ -122,5 +145,6 @@ class FilterModule:
                 "vm_records_prefix": vm_records_prefix, "evacuation_plan": evacuation_plan,
                 "evacuation_fenced": evacuation_fenced, "return_home_plan": return_home_plan,
                 "rebalance_settled": rebalance_settled,
-                "rebalance_outcome": rebalance_outcome, "batch_succeeded": batch_succeeded,
+                "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
+                "host_key": host_key, "batch_succeeded": batch_succeeded,
                 "batch_errors": batch_errors}

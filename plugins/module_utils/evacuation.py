@@ -77,7 +77,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         elif (record.get("state") == "running" and vdm["home"].get(name) in failed
               and where not in failed):
             settled.append(name)  # evacuated already (or never at home)
-    preempt = [_preempt(name, vms.get(name, {}), hosts, cluster)
+    preempt = [preempt_step(name, vms.get(name, {}), hosts, cluster)
                for name in failover["preempt"]
                if vms.get(name, {}).get("running_on")]
     start.sort(key=lambda s: (-s["priority"], s["vm"]))
@@ -157,8 +157,10 @@ def _marked_down(name: str, record: dict[str, Any], cluster: str) -> dict[str, A
                        "if_value": record}}
 
 
-def _preempt(name: str, vm: dict[str, Any], hosts: dict[str, Any],
-             cluster: str) -> dict[str, Any]:
+def preempt_step(name: str, vm: dict[str, Any], hosts: dict[str, Any],
+                 cluster: str) -> dict[str, Any]:
+    """Stopping a preemptible VM where it runs (cluster_status' entry `vm`): its
+    domain (an element of libvirt_domain's batch) and its record, preempted."""
     host = vm["running_on"][0]
     record = vm.get("record") or {}
     return {"vm": name, "host": host,

@@ -380,9 +380,11 @@ class Agent:
         try:
             with self.lock:
                 lease, self.lease = self.lease, 0  # no more keepalives or fences
-            etcd.put(self.keys["maintenance"], to_json({
+            # Created only if absent: a drain's or an operator's marker says more,
+            # and must outlive this stop and the next start.
+            etcd.put_if(self.keys["maintenance"], to_json({
                 "since": cluster_events.timestamp(), "by": "agent",
-                "reason": "agent stopped"}))
+                "reason": "agent stopped"}), mod_revision=0)
             if lease:
                 etcd.revoke_lease(lease)
             LOG.info("stopped: maintenance marker written, lease revoked")

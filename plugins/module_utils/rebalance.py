@@ -156,3 +156,16 @@ def settled_records(failed: list[dict[str, Any]], vms: list[dict[str, Any]]
         elif running == [move["to"]]:
             records.append(move["record"])
     return records
+
+
+def hypervisors_of(status: dict[str, Any], vdm: Any, host: str,
+                   error: type[Exception]) -> dict[str, dict[str, Any]]:
+    """cluster_status' hypervisors by name, once `vdm` is a VDM and `host` one of the
+    hypervisors; else `error` raised, saying what to do."""
+    if not isinstance(vdm, dict) or "home" not in vdm:
+        raise error("no VDM: plan one with playbooks/plan.yml")
+    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
+    if host not in hosts:
+        raise error(f"{host}: not a hypervisor of this inventory (known: "
+                    f"{', '.join(sorted(hosts)) or 'none'})")
+    return hosts

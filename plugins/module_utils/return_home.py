@@ -7,7 +7,8 @@ provisioning item. Pure Python, no I/O; playbooks/return_home.yml carries it out
 
 In order: destroy the stale copies the host still runs of VMs that run elsewhere now
 (it was fenced: they can never be resumed), lift its fence, start its plain VMs that
-start at home, live-migrate its HA VMs back in waves that never overload a host,
+start at home, live-migrate its VMs back (HA VMs from their spare slots, any VM a
+drain moved) in waves that never overload a host,
 then restart the preemptible VMs that were stopped to make room, where there is room
 again. Every record changes by compare-and-swap on the record as read, so a rerun or
 a concurrent evacuation can never make a VM run twice.
@@ -20,7 +21,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RESOURCES, RebalanceError, fits, move_steps, plan_moves, waves)
+    RESOURCES, hypervisors_of, RebalanceError, fits, move_steps, plan_moves, waves)
 
 
 class ReturnHomeError(Exception):
@@ -33,18 +34,12 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
          concurrency: int = 2) -> dict[str, Any]:
     """The return home of `host`; ReturnHomeError before anything changes when the
     host is not ready for it."""
-    if not isinstance(vdm, dict) or "home" not in vdm:
-        raise ReturnHomeError("no VDM: plan one with playbooks/plan.yml")
-    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
-    if host not in hosts:
-        raise ReturnHomeError(f"{host}: not a hypervisor of this inventory (known: "
-                              f"{', '.join(sorted(hosts)) or 'none'})")
+    hosts = hypervisors_of(status, vdm, host, ReturnHomeError)
     here = hosts[host]
     _check_ready(here)
     fence = here.get("fence")
     vms = {vm["name"]: vm for vm in status.get("vms", [])}
     by_name = {item["name"]: item for item in items}
-    kinds = {name: entry.get("kind") for name, entry in (vdm.get("vms") or {}).items()}
 
     # A copy the host runs of a VM that etcd does not record running there: the
     # host was fenced, so that copy cannot write (a plain VM's disk went read-only
@@ -87,9 +82,10 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                                     cluster))
             current[name] = host
 
+    # Its HA VMs from their spare slots, and any VM a drain moved off it.
     homecoming = {name for name, where in current.items()
                   if vdm["home"].get(name) == host and where != host
-                  and kinds.get(name) == "ha" and _recorded(vms[name], where)}
+                  and _recorded(vms[name], where)}
     try:
         moves = plan_moves(current, vdm, only=homecoming)
         grouped = waves(moves, current, vdm, max(1, int(concurrency)))

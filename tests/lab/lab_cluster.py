@@ -40,8 +40,21 @@ def vdm_of(inventory: Path) -> dict:
         "yasco_vdm"]
 
 
+# A live migration's two halves: the paused copy on the target before the switch, and
+# on the source after it. QEMU hands the disk over between them; neither runs the guest.
+_MIGRATION_PAUSES = {libvirt.VIR_DOMAIN_PAUSED_MIGRATION, libvirt.VIR_DOMAIN_PAUSED_POSTCOPY,
+                     libvirt.VIR_DOMAIN_PAUSED_STARTING_UP}
+
+
+def _runs_guest(dom) -> bool:
+    state, reason = dom.state()
+    return state == libvirt.VIR_DOMAIN_RUNNING or (
+        state == libvirt.VIR_DOMAIN_PAUSED and reason not in _MIGRATION_PAUSES)
+
+
 def running(lab) -> dict[str, list[str]]:
-    """VM name -> hosts whose libvirt runs it (hosts that do not answer left out)."""
+    """VM name -> hosts whose libvirt runs it (hosts that do not answer left out); a
+    copy paused for a live migration does not count."""
     out: dict[str, list[str]] = {}
     for host in lab["hosts"]:
         try:  # probes the host first: a dead one fails within the second
@@ -50,7 +63,12 @@ def running(lab) -> dict[str, list[str]]:
             continue
         try:
             for dom in conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
-                out.setdefault(dom.name(), []).append(host["name"])
+                try:
+                    if _runs_guest(dom):
+                        out.setdefault(dom.name(), []).append(host["name"])
+                except libvirt.libvirtError:
+                    pass  # gone between the listing and the question: it runs nowhere
+
         finally:
             conn.close()
     return out

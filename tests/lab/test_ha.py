@@ -282,3 +282,34 @@ def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(l
     yasco_lab("boot", host)
     wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
     wait_until_home(lab, ha, host)
+
+
+def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_back(lab, ha):
+    names, vdm, host = ha["names"], ha["vdm"], "hv1"
+    wait_until_home(lab, ha, host)
+    homed = [n for n in names.values() if vdm["home"][n] == host]
+    last = {n: writers(n)[-1] for n in homed}
+    fences = len(history(lab, "fenced"))
+    rc, results = playbook("drain", ha["inventory"], yasco_host=host)
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        marker = etcd.get_json(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME))
+        alive = etcd.get(etcd_keys.alive_key(host, cluster=layout.CLUSTER_NAME))
+    assert marker["by"] == "drain" and alive is None  # in maintenance, agent stopped
+    for name in homed:
+        assert running(lab)[name] != [host] and records(lab)[name]["host"] != host
+    # Moved live: each guest kept writing, none restarted.
+    for name in homed:
+        wait_for(f"{name} writing after its move", lambda n=name: writers(n)[-1][2]
+                 > last[n][2] + 3, 60, every=1)
+        assert writers(name)[-1][0] == last[name][0], writers(name)
+    time.sleep(5)  # a failure would have been fenced by now: the agent's stop was planned
+    assert len(history(lab, "fenced")) == fences and host in down_hosts(lab)
+    rc, results = playbook("undrain", ha["inventory"], yasco_host=host)
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_until_home(lab, ha, host)
+    for name in homed:
+        assert writers(name)[-1][0] == last[name][0], writers(name)
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        assert etcd.get(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME)) is None
+    assert len(history(lab, "fenced")) == fences

@@ -23,7 +23,7 @@ description:
   - Watches C(/yasco/<cluster>/hosts/) in etcd and emits an event when a hypervisor's
     liveness key disappears because its lease expired (C(host_down)), when a host
     registers again (C(host_up)), and when an operator marks a host for maintenance
-    (C(maintenance)).
+    (C(maintenance); a marker written by the agent or by the drain playbook is none).
   - A liveness key removed by the agent's planned stop, which writes a maintenance
     marker first, is no failure and emits nothing.
   - A failure is reported at once when every other host is beating. When another
@@ -44,7 +44,8 @@ description:
     last rewrite that succeeded; once a host's key is that old (confirmed by a read),
     the leading watcher ends its lease, as etcd would have.
   - A host that registered again (C(host_up)) and stays up for O(hold_down) seconds
-    is reported as C(host_stable). A new leader reports it too for a host that is up
+    is reported as C(host_stable), unless it came back in maintenance (drained: the
+    undrain brings its VMs back). A new leader reports it too for a host that is up
     while etcd still records its fence.
   - Several watchers may run at once. Only the holder of the watchers' leader lease
     emits events; another takes over within O(leader_ttl) seconds when it dies.
@@ -377,12 +378,17 @@ class Watcher:
         elif parsed.kind == "alive" and (event.previous is None
                                          or event.previous.lease != event.kv.lease):
             pending.discard(parsed.host)
-            self.returning[parsed.host] = (event.kv.lease, self.loop.time() + self.hold_down)
+            # A host back from maintenance gets its VMs from the undrain, not from here.
+            if etcd_keys.maintenance_key(parsed.host, cluster=self.cluster) not in self.records:
+                self.returning[parsed.host] = (event.kv.lease,
+                                               self.loop.time() + self.hold_down)
             await self._emit(queue, "host_up", [parsed.host],
                              details={"registration": event.kv.json()})
         elif parsed.kind == "maintenance" and event.kind == "PUT":
             record = json_or_none(event.kv.value)
-            if not (isinstance(record, dict) and record.get("by") == "agent"):
+            # The agent's planned stop and the drain playbook write their own markers:
+            # a request is anyone else's.
+            if not (isinstance(record, dict) and record.get("by") in ("agent", "drain")):
                 await self._emit(queue, "maintenance", [parsed.host],
                                  details={"marker": record})
 

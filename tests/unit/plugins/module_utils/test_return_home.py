@@ -141,3 +141,11 @@ def test_a_failed_move_is_recorded_where_libvirt_runs_the_vm():
     assert settled_records([moves["web"], moves["db"]], where) == [
         moves["web"]["stayed"], moves["db"]["record"]]
     assert settled_records([moves["web"]], [{"name": "web", "running_on": []}]) == []
+
+
+def test_every_vm_a_drain_moved_away_comes_back():
+    drained = {**AFTER_EVACUATION, "plain": ({"host": "hv3", "state": "running"}, ["hv3"])}
+    done = plan(status(drained, fence=None), VDM, ITEMS, "hv1")
+    assert done["autostart"] == []
+    moves = {(m["vm"], m["from"], m["to"]) for wave in done["waves"] for m in wave}
+    assert ("plain", "hv3", "hv1") in moves
