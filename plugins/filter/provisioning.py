@@ -48,6 +48,14 @@ def host_key(host, kind, cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"host_key: {err}") from err
 
 
+def ha_disarmed_key(cluster=etcd_keys.DEFAULT_CLUSTER):
+    """The etcd key whose presence pauses automatic evacuation cluster-wide."""
+    try:
+        return etcd_keys.disarmed_key(cluster=cluster)
+    except ValueError as err:
+        raise AnsibleFilterError(f"ha_disarmed_key: {err}") from err
+
+
 def vdm_version_key(cluster=etcd_keys.DEFAULT_CLUSTER):
     try:
         return etcd_keys.vdm_version_key(cluster=cluster)
@@ -146,5 +154,5 @@ class FilterModule:
                 "evacuation_fenced": evacuation_fenced, "return_home_plan": return_home_plan,
                 "rebalance_settled": rebalance_settled,
                 "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
-                "host_key": host_key, "batch_succeeded": batch_succeeded,
+                "host_key": host_key, "ha_disarmed_key": ha_disarmed_key, "batch_succeeded": batch_succeeded,
                 "batch_errors": batch_errors}

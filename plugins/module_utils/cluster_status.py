@@ -115,10 +115,17 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                       ["vm", "kind", "home", "etcd host", "etcd state", "running on"])
     events = cluster_events.recent(etcd, params["events"], cluster=cluster)
     tables = [host_table, vm_table]
+    flag = etcd.get(etcd_keys.disarmed_key(cluster=cluster))
+    disarmed = None if flag is None else (from_json(flag.value, flag.key) or {})
+    if disarmed is not None:
+        tables.insert(0, f"HA DISARMED by {disarmed.get('by', '?')} since "
+                         f"{disarmed.get('since', '?')}: {disarmed.get('reason', '-')}; no "
+                         "failure is evacuated until it is re-armed "
+                         "(playbooks/disarm.yml -e yasco_ha_disarmed=false)")
     if events:
         tables.append(_table([[e["at"], e["kind"], e.get("host", "-"), e.get("vm", "-"),
                                e.get("by", "-")] for e in events],
                              ["event at", "kind", "host", "vm", "by"]))
     return {"changed": False, "hypervisors": hosts, "vms": vms, "problems": problems,
-            "events": events, "table": "\n\n".join(tables) + "\n",
+            "events": events, "ha_disarmed": disarmed, "table": "\n\n".join(tables) + "\n",
             "summary": json.dumps({"problems": len(problems), "vms": len(vms)})}

@@ -31,7 +31,7 @@ HISTORY_DIGITS = 20
 # The records of hosts/<host>/, each named after its kind.
 HOST_RECORDS = ("registered", "alive", "maintenance")
 KINDS = ("registered", "alive", "maintenance", "domain", "vm", "fence", "vdm_version",
-         "history")
+         "history", "disarmed")
 
 
 class ParsedKey(NamedTuple):
@@ -106,6 +106,11 @@ def vdm_version_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}vdm/version"
 
 
+def disarmed_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    """Present while automatic evacuation is paused cluster-wide (playbooks/disarm.yml)."""
+    return f"{cluster_prefix(cluster)}ha/disarmed"
+
+
 def history_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}history/"
 
@@ -139,6 +144,8 @@ def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
         return ParsedKey("fence", parts[1])
     if parts == ["vdm", "version"]:
         return ParsedKey("vdm_version")
+    if parts == ["ha", "disarmed"]:
+        return ParsedKey("disarmed")
     if (len(parts) == 2 and parts[0] == "history" and len(parts[1]) == HISTORY_DIGITS
             and all(digit in "0123456789" for digit in parts[1])):
         return ParsedKey("history")

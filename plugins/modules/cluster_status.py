@@ -104,8 +104,14 @@ events:
   type: list
   elements: dict
   version_added: 0.2.0
+ha_disarmed:
+  description: The cluster's disarm flag (C(by), C(reason), C(since)) while automatic
+    evacuation is paused by C(playbooks/disarm.yml), else null.
+  returned: success
+  type: dict
+  version_added: 0.3.0
 table:
-  description: The same as text tables.
+  description: The same as text tables, after a line saying so when HA is disarmed.
   returned: success
   type: str
 """

@@ -112,6 +112,15 @@ def register(client, cluster: str, host: str, ttl: int = 60) -> int:
     return lease
 
 
+def web_on_hv1(client, cluster: str) -> int:
+    """hv1 and hv2 registered, VM web recorded running on hv1; hv1's lease."""
+    lease = register(client, cluster, "hv1")
+    register(client, cluster, "hv2")
+    client.put(etcd_keys.vm_key("web", cluster=cluster),
+               to_json({"host": "hv1", "state": "running"}))
+    return lease
+
+
 def wait_until_leading(source: RunningSource) -> None:
     assert wait_for(lambda: source.watcher.leader and source.watcher.ready.is_set(), WAIT), \
         "the watcher did not lead"
@@ -216,6 +225,22 @@ def test_a_new_leader_counts_the_hold_down_of_a_host_up_while_still_fenced(
         assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
 
 
+def test_a_disarmed_cluster_reports_no_failure_until_it_is_armed_again(etcd, cluster, start):
+    with etcd.client() as client:
+        lease = web_on_hv1(client, cluster)
+        flag = etcd_keys.disarmed_key(cluster=cluster)
+        client.put_json(flag, {"by": "operator", "reason": "switch upgrade"})
+        source = start()
+        wait_until_leading(source)
+        assert wait_for(lambda: source.watcher.disarmed is not None, WAIT)
+        client.revoke_lease(lease)
+        client.put_json(etcd_keys.maintenance_key("hv2", cluster=cluster), {"by": "operator"})
+        assert source.next()["type"] == "maintenance"  # and no host_down before it
+        client.delete(flag)
+        event = source.next()  # armed again: the failure is reported by a resync
+        assert (event["type"], event["hosts"], event["resync"]) == ("host_down", ["hv1"], True)
+
+
 def test_a_planned_stop_is_no_failure_and_an_operators_marker_asks_for_maintenance(
         etcd, cluster, start):
     with etcd.client() as client:
@@ -255,10 +280,7 @@ def test_a_new_leader_reports_down_hosts_whose_vms_etcd_still_records_running(
 
 def test_only_the_leader_emits_and_a_standby_takes_over_when_it_dies(etcd, cluster, start):
     with etcd.client() as client:
-        lease = register(client, cluster, "hv1")
-        register(client, cluster, "hv2")
-        client.put(etcd_keys.vm_key("web", cluster=cluster),
-                   to_json({"host": "hv1", "state": "running"}))
+        lease = web_on_hv1(client, cluster)
         leader = start(name="first")
         wait_until_leading(leader)
         standby = start(name="second")

@@ -3,7 +3,9 @@ yasco.cluster.etcd_hosts source) over canary VMs provisioned from a planned VDM.
 A crashed or partitioned hypervisor's HA VMs run again on their planned targets,
 started once, never twice at a time, and each canary carries on from its last
 durable write; once the host is back and stays up, the watcher brings its VMs home
-live; killing the etcd leader evacuates nothing."""
+live; killing the etcd leader evacuates nothing; a drain moves every VM off a host
+live and the undrain brings them back; a disarmed cluster evacuates nothing until it
+is armed again."""
 
 from __future__ import annotations
 
@@ -313,3 +315,34 @@ def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_ba
     with EtcdClient(lab["etcd_endpoints"]) as etcd:
         assert etcd.get(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME)) is None
     assert len(history(lab, "fenced")) == fences
+
+
+def test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again(lab, ha):
+    names, vdm, host = ha["names"], ha["vdm"], "hv1"
+    wait_until_home(lab, ha, host)
+    ha_vms, targets = [names["ha1"], names["ha2"]], vdm["failover"][host]
+    fences = len(history(lab, "fenced"))
+    rc, dummy = playbook("disarm", ha["inventory"], yasco_disarm_reason="switch upgrade")
+    assert rc == 0
+    rc, results = playbook("status", ha["inventory"])
+    assert any("HA DISARMED" in str(r.get("msg")) for r in results)
+    time.sleep(2)  # the watchers read the flag every second
+    yasco_lab("crash", host)
+    wait_for(f"{host} down", lambda: host in down_hosts(lab), 30, every=0.2)
+    time.sleep(8)  # an armed watcher has fenced and started them by now
+    assert len(history(lab, "fenced")) == fences
+    assert not any(running(lab).get(n) for n in ha_vms)
+    logs = "".join(p.read_text(errors="replace") for p in ha["scratch"].glob("watcher*.log"))
+    assert f"not reporting host_down for {host}" in logs
+    rc, results = playbook("evacuate", ha["inventory"])
+    assert rc != 0 and any("HA is disarmed" in str(r.get("msg")) for r in results)
+    rc, dummy = playbook("disarm", ha["inventory"], yasco_ha_disarmed=False)
+    assert rc == 0
+    # Armed again: the watcher resyncs and evacuates what failed meanwhile.
+    wait_for("HA VMs running on their targets",
+             lambda: all(running(lab).get(n) == [targets[n]] for n in ha_vms),
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
+    yasco_lab("boot", host)
+    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    wait_until_home(lab, ha, host)

@@ -47,6 +47,10 @@ description:
     is reported as C(host_stable), unless it came back in maintenance (drained: the
     undrain brings its VMs back). A new leader reports it too for a host that is up
     while etcd still records its fence.
+  - While the cluster is disarmed (C(/yasco/<cluster>/ha/disarmed) exists, written by
+    C(playbooks/disarm.yml)), no C(host_down) nor C(host_stable) is emitted and the
+    log says so for every failure; once the flag is deleted, a resync reports every
+    host down while etcd records VMs on it.
   - Several watchers may run at once. Only the holder of the watchers' leader lease
     emits events; another takes over within O(leader_ttl) seconds when it dies.
   - Transient errors (etcd unreachable, an election, a broken stream) are logged and
@@ -157,6 +161,13 @@ RETRY = 1.0
 # older than the TTL they must be (the agent self-fences a margin before it).
 STALE_CHECK = 0.25
 STALE_SLACK = 0.5
+# How often the disarm flag is read.
+DISARM_CHECK = 1.0
+
+
+def _disarm_text(flag: dict[str, Any]) -> str:
+    return (f"by {flag.get('by', 'someone')} since {flag.get('since', '?')}: "
+            f"{flag.get('reason', 'no reason given')}")
 
 
 def _client(args: dict[str, Any], timeout: float) -> EtcdClient:
@@ -200,6 +211,8 @@ class Watcher:
         # Hosts whose liveness key went while this watcher looked, even with no
         # record left; forgotten when they register again or are taken out.
         self.lost: set[str] = set()
+        # The cluster's disarm flag while it is set (playbooks/disarm.yml), else None.
+        self.disarmed: dict[str, Any] | None = None
         # Host back up -> (its lease, when it is stable: event loop time).
         self.returning: dict[str, tuple[int, float]] = {}
         # Liveness key -> when (event loop time) its current revision was seen.
@@ -290,13 +303,18 @@ class Watcher:
             thread.start()
         pending: set[str] = set()
         settled = 0.0  # when the pending failures are reported (event loop time)
-        stale = None
+        stale = armed = None
         try:
             await self._read_hosts(queue, reader)
             stale = asyncio.create_task(self._end_stale_leases(reader))
+            armed = asyncio.create_task(self._follow_disarm(queue, reader))
             while True:
                 # Counted from the first failure: the agents' rewrites keep changes
                 # coming, and must not put the report off.
+                if pending and self.disarmed is not None:
+                    LOG.warning("HA DISARMED (%s): not reporting host_down for %s; re-arming "
+                                "reports it", _disarm_text(self.disarmed), ", ".join(sorted(pending)))
+                    pending = set()
                 if pending and (self.loop.time() >= settled or not self._quiet()):
                     down = self._down()
                     await self._emit(queue, "host_down", sorted(pending & set(down)),
@@ -326,8 +344,9 @@ class Watcher:
                     if fresh:
                         self.applied = max(e.kv.mod_revision for e in fresh)
         finally:
-            if stale is not None:
-                stale.cancel()
+            for task in (stale, armed):
+                if task is not None:
+                    task.cancel()
             self.stop.set()
             self.ready.set()
             reader.close()
@@ -423,11 +442,38 @@ class Watcher:
                 except EtcdError as err:
                     LOG.warning("ending the stale lease of %s: %s; retrying", parsed.host, err)
 
+    async def _follow_disarm(self, queue, reader: EtcdClient) -> None:
+        """Read the cluster's disarm flag every DISARM_CHECK seconds. While it is set,
+        no host_down is emitted (nor host_stable: nothing moves by itself), and the
+        log says so at every failure; once it is lifted, a resync reports every host
+        down while etcd records VMs on it."""
+        key = etcd_keys.disarmed_key(cluster=self.cluster)
+        while True:
+            try:
+                found = await asyncio.to_thread(reader.get, key)
+            except EtcdError as err:
+                LOG.warning("reading %s: %s; retrying", key, err)
+                await asyncio.sleep(RETRY)
+                continue
+            record = None if found is None else json_or_none(found.value)
+            flag = None if found is None else (
+                record if isinstance(record, dict) else {"reason": found.value})
+            if flag is not None and self.disarmed is None:
+                LOG.warning("HA DISARMED (%s): no automatic evacuation until %s is deleted "
+                            "(playbooks/disarm.yml -e yasco_ha_disarmed=false)",
+                            _disarm_text(flag), key)
+            elif flag is None and self.disarmed is not None:
+                LOG.warning("HA re-armed: resyncing")
+                self.disarmed = None
+                await self._resync(queue, reader)
+            self.disarmed = flag
+            await asyncio.sleep(DISARM_CHECK)
+
     async def _report_stable(self, queue) -> None:
         """host_stable for each host up on the same lease for hold_down seconds."""
         now = self.loop.time()
         for host, (lease, due) in list(self.returning.items()):
-            if due > now:
+            if due > now or self.disarmed is not None:
                 continue
             del self.returning[host]
             alive = self.records.get(etcd_keys.alive_key(host, cluster=self.cluster))
@@ -437,7 +483,7 @@ class Watcher:
     async def _resync(self, queue, reader: EtcdClient) -> None:
         """As the leader, report every hypervisor down while etcd records VMs on it,
         and count the hold-down of every host up while its fence is recorded."""
-        if not self.leader or not self.ready.is_set():
+        if not self.leader or not self.ready.is_set() or self.disarmed is not None:
             return
         vms, fences = etcd_keys.vms_prefix(cluster=self.cluster), etcd_keys.fences_prefix(
             cluster=self.cluster)
