@@ -28,11 +28,16 @@ def vm_provisioning(vms, vdm, defaults, cluster, uris):
         raise AnsibleFilterError("cannot provision: " + "; ".join(err.problems)) from err
 
 
-def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER):
+def _key(name, make, *args, **kwargs):
+    """An etcd key from etcd_keys, a bad name becoming the filter `name`'s error."""
     try:
-        return etcd_keys.vm_key(vm, cluster=cluster)
+        return make(*args, **kwargs)
     except ValueError as err:
-        raise AnsibleFilterError(f"vm_record_key: {err}") from err
+        raise AnsibleFilterError(f"{name}: {err}") from err
+
+
+def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER):
+    return _key("vm_record_key", etcd_keys.vm_key, vm, cluster=cluster)
 
 
 def host_key(host, kind, cluster=etcd_keys.DEFAULT_CLUSTER):
@@ -42,32 +47,20 @@ def host_key(host, kind, cluster=etcd_keys.DEFAULT_CLUSTER):
     if kind not in makers:
         raise AnsibleFilterError(f"host_key: kind must be one of {', '.join(makers)}, "
                                  f"got {kind!r}")
-    try:
-        return makers[kind](host, cluster=cluster)
-    except ValueError as err:
-        raise AnsibleFilterError(f"host_key: {err}") from err
+    return _key("host_key", makers[kind], host, cluster=cluster)
 
 
 def ha_disarmed_key(cluster=etcd_keys.DEFAULT_CLUSTER):
     """The etcd key whose presence pauses automatic evacuation cluster-wide."""
-    try:
-        return etcd_keys.disarmed_key(cluster=cluster)
-    except ValueError as err:
-        raise AnsibleFilterError(f"ha_disarmed_key: {err}") from err
+    return _key("ha_disarmed_key", etcd_keys.disarmed_key, cluster=cluster)
 
 
 def vdm_version_key(cluster=etcd_keys.DEFAULT_CLUSTER):
-    try:
-        return etcd_keys.vdm_version_key(cluster=cluster)
-    except ValueError as err:
-        raise AnsibleFilterError(f"vdm_version_key: {err}") from err
+    return _key("vdm_version_key", etcd_keys.vdm_version_key, cluster=cluster)
 
 
 def vm_records_prefix(cluster=etcd_keys.DEFAULT_CLUSTER):
-    try:
-        return etcd_keys.vms_prefix(cluster=cluster)
-    except ValueError as err:
-        raise AnsibleFilterError(f"vm_records_prefix: {err}") from err
+    return _key("vm_records_prefix", etcd_keys.vms_prefix, cluster=cluster)
 
 
 def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CLUSTER):
@@ -154,5 +147,5 @@ class FilterModule:
                 "evacuation_fenced": evacuation_fenced, "return_home_plan": return_home_plan,
                 "rebalance_settled": rebalance_settled,
                 "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
-                "host_key": host_key, "ha_disarmed_key": ha_disarmed_key, "batch_succeeded": batch_succeeded,
-                "batch_errors": batch_errors}
+                "host_key": host_key, "ha_disarmed_key": ha_disarmed_key,
+                "batch_succeeded": batch_succeeded, "batch_errors": batch_errors}

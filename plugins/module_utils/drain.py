@@ -22,7 +22,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     ACTIVE, preempt_step)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RESOURCES, hypervisors_of, fits, move_steps, waves)
+    RESOURCES, fits, hypervisors_of, loads, move_steps, room, sizes_of, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
 
 
@@ -49,8 +49,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
         raise DrainError(f"{', '.join(busy)} are being moved or started: wait for that to "
                          "finish, then run this again")
     kinds = {name: entry.get("kind") for name, entry in (vdm.get("vms") or {}).items()}
-    sizes = {name: {r: float(entry.get(r, 0) or 0) for r in RESOURCES}
-             for name, entry in (vdm.get("vms") or {}).items()}
+    sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
     failover = failover_for(vdm, [host])
 
@@ -60,11 +59,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
                if name in current and current[name] != host]
     for step in preempt:
         del current[step["vm"]]
-    load = {h: {r: 0.0 for r in RESOURCES} for h in capacity}
-    for name, where in current.items():
-        if where in load:
-            for r, amount in sizes.get(name, {}).items():
-                load[where][r] += amount
+    load = loads(current, sizes, capacity)
 
     leaving = sorted((name for name, where in current.items() if where == host),
                      key=lambda n: (kinds.get(n) != "ha", -sum(sizes.get(n, {}).values()), n))
@@ -78,7 +73,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
         target = failover["targets"].get(name) if kinds.get(name) == "ha" else None
         if target not in others or not fits(load[target], size, capacity[target]):
             roomy = [h for h in others if fits(load[h], size, capacity[h])]
-            target = max(roomy, key=lambda h: _room(load[h], capacity[h])) if roomy else None
+            target = max(roomy, key=lambda h: room(load[h], capacity[h])) if roomy else None
         if target is None:
             if kinds.get(name) == "preemptible":
                 stop.append(preempt_step(name, vms[name], hosts, cluster))
@@ -102,10 +97,3 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
         "events": [{"kind": "preempted", "vm": p["vm"], "host": p["host"]}
                    for p in preempt + stop],
     }
-
-
-def _room(load: dict[str, float], capacity: dict[str, Any]) -> float:
-    """The smallest share of any resource left free."""
-    shares = [(float(capacity[r]) - load[r]) / float(capacity[r]) for r in RESOURCES
-              if capacity.get(r)]
-    return min(shares) if shares else 0.0

@@ -30,9 +30,32 @@ def _size(vm: dict[str, Any]) -> dict[str, float]:
     return {r: float(vm.get(r, 0) or 0) for r in RESOURCES}
 
 
+def sizes_of(vdm: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each VM's size, as the VDM records it."""
+    return {name: _size(vm) for name, vm in (vdm.get("vms") or {}).items()}
+
+
+def loads(where: dict[str, str], sizes: dict[str, dict[str, float]],
+          capacity: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each host's load with every VM where `where` (VM -> host) has it."""
+    load = {h: {r: 0.0 for r in RESOURCES} for h in capacity}
+    for name, host in where.items():
+        if host in load:
+            for r, amount in sizes.get(name, _size({})).items():
+                load[host][r] += amount
+    return load
+
+
 def fits(load: dict[str, float], size: dict[str, float], capacity: dict[str, Any]) -> bool:
     return all(load[r] + size[r] <= float(capacity[r]) + _EPSILON
                for r in RESOURCES if capacity.get(r) is not None)
+
+
+def room(load: dict[str, float], capacity: dict[str, Any]) -> float:
+    """The smallest share of any resource left free on a host."""
+    shares = [(float(capacity[r]) - load[r]) / float(capacity[r]) for r in RESOURCES
+              if capacity.get(r)]
+    return min(shares) if shares else 0.0
 
 
 def plan_moves(current: dict[str, str], vdm: dict[str, Any],
@@ -40,7 +63,7 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any],
     """Moves (vm, from, to), in order, from `current` (VM -> host it runs on) to the
     VDM's homes, using the sizes and capacities the VDM records; with `only`, of
     those VMs alone (the others stay where they are, and take their room)."""
-    sizes = {name: _size(vm) for name, vm in (vdm.get("vms") or {}).items()}
+    sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
     home = vdm.get("home") or {}
     unknown = sorted(set(current.values()) - set(capacity))
@@ -48,10 +71,7 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any],
         raise RebalanceError(f"VMs run on {', '.join(unknown)}, which the VDM does not know; "
                              "plan again with every hypervisor in the inventory")
     where = dict(current)
-    load = {h: {r: 0.0 for r in RESOURCES} for h in capacity}
-    for name, host in where.items():
-        for r, amount in sizes.get(name, _size({})).items():
-            load[host][r] += amount
+    load = loads(where, sizes, capacity)
     pending = {n for n, h in where.items() if n in home and home[n] != h
                and (only is None or n in only)}
     moves: list[dict[str, str]] = []
@@ -79,9 +99,7 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any],
             hops = [h for h in sorted(capacity) if h not in (where[name], home[name])
                     and fits(load[h], sizes[name], capacity[h])]
             if hops:
-                move(name, max(hops, key=lambda h: min(
-                    (float(capacity[h][r]) - load[h][r]) / float(capacity[h][r])
-                    for r in RESOURCES if capacity[h].get(r))))
+                move(name, max(hops, key=lambda h: room(load[h], capacity[h])))
                 break
         else:
             waiting = ", ".join(f"{n} ({where[n]} to {home[n]})" for n in order(pending))
@@ -98,12 +116,9 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
     """`moves` in order, grouped into waves of at most `concurrency` moves that fit their
     destinations together while their VMs still take room at their sources, and that
     touch each VM once."""
-    sizes = {name: _size(vm) for name, vm in (vdm.get("vms") or {}).items()}
+    sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
-    load = {h: {r: 0.0 for r in RESOURCES} for h in capacity}
-    for name, host in current.items():
-        for r, amount in sizes.get(name, _size({})).items():
-            load[host][r] += amount
+    load = loads(current, sizes, capacity)
     out: list[list[dict[str, str]]] = []
     wave: list[dict[str, str]] = []
     for step in moves:

@@ -21,7 +21,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RESOURCES, hypervisors_of, RebalanceError, fits, move_steps, plan_moves, waves)
+    RebalanceError, fits, hypervisors_of, loads, move_steps, plan_moves, sizes_of, waves)
 
 
 class ReturnHomeError(Exception):
@@ -154,14 +154,9 @@ def _unfence(host: str, fence: dict[str, Any] | None, cluster: str) -> dict[str,
 def _preempted_restarts(vms, vdm, by_name, hosts, after, cluster):
     """The preempted VMs to start at home, highest priority first, where their home is
     up and has room with every VM where it will be; and those that must wait."""
-    sizes = {name: {r: float(v.get(r, 0) or 0) for r in RESOURCES}
-             for name, v in (vdm.get("vms") or {}).items()}
+    sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
-    load = {h: {r: 0.0 for r in RESOURCES} for h in capacity}
-    for name, where in after.items():
-        if where in load:
-            for r, amount in sizes.get(name, {}).items():
-                load[where][r] += amount
+    load = loads(after, sizes, capacity)
     restart, waiting = [], []
     preempted = [vm for vm in vms.values()
                  if (vm.get("record") or {}).get("state") == "preempted"

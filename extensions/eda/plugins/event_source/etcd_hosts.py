@@ -424,11 +424,10 @@ class Watcher:
                 continue
             for key, kv in list(self.records.items()):
                 parsed = self._host_record(key)
-                record = json_or_none(kv.value)
-                ttl = record.get("ttl") if isinstance(record, dict) else None
+                ttl = _agent_ttl(kv)
                 age = self.loop.time() - self.seen.get(key, self.loop.time())
                 if (parsed is None or parsed.kind != "alive" or not kv.lease
-                        or not isinstance(ttl, (int, float)) or age < ttl + STALE_SLACK):
+                        or ttl is None or age < ttl + STALE_SLACK):
                     continue
                 try:
                     current = await asyncio.to_thread(reader.get, key)
@@ -473,11 +472,12 @@ class Watcher:
         """host_stable for each host up on the same lease for hold_down seconds."""
         now = self.loop.time()
         for host, (lease, due) in list(self.returning.items()):
-            if due > now or self.disarmed is not None:
+            if due > now:
                 continue
+            # Forgotten while disarmed: re-arming resyncs, which counts it afresh.
             del self.returning[host]
             alive = self.records.get(etcd_keys.alive_key(host, cluster=self.cluster))
-            if alive is not None and alive.lease == lease:
+            if self.disarmed is None and alive is not None and alive.lease == lease:
                 await self._emit(queue, "host_stable", [host])
 
     async def _resync(self, queue, reader: EtcdClient) -> None:
@@ -526,10 +526,8 @@ class Watcher:
             parsed = self._host_record(key)
             if parsed is None or parsed.kind != "alive":
                 continue
-            kv = self.records.get(key)
-            record = json_or_none(kv.value) if kv is not None else None
-            ttl = record.get("ttl") if isinstance(record, dict) else None
-            if not isinstance(ttl, (int, float)) or now - at > ttl / 3:
+            ttl = _agent_ttl(self.records.get(key))
+            if ttl is None or now - at > ttl / 3:
                 quiet.append(parsed.host)
         return quiet
 
@@ -542,6 +540,13 @@ class Watcher:
                 hosts.setdefault(parsed.host, set()).add(parsed.kind)
         return sorted(host for host, kinds in hosts.items()
                       if "alive" not in kinds and "maintenance" not in kinds)
+
+
+def _agent_ttl(alive: KeyValue | None) -> float | None:
+    """The TTL an agent registered in its liveness key, if it did."""
+    record = json_or_none(alive.value) if alive is not None else None
+    ttl = record.get("ttl") if isinstance(record, dict) else None
+    return ttl if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else None
 
 
 async def _until_answered(what: str, read, *args: Any) -> Any:
