@@ -7,9 +7,12 @@ Brings the lab up if it is not, provisions N HA canary VMs spread over its three
 hypervisors, and runs the HA watcher (scripts/watch). Each run crashes one hypervisor
 (in turn) and prints its timeline, then boots it again and times the watcher's
 return home (playbooks/return_home.yml), with each live migration's guest pause.
-The failover table gives the median of each phase and the lease's TTL beside it:
-the agent's lease has to expire before anything can react, so the TTL is the floor
-no design with these settings can beat.
+The runs take turns between the two ways the playbooks can run this collection's
+tasks: in the controller's process (the default) and, the baseline, as modules
+(`yasco_run_on_controller: false`); the tables give both side by side, and the
+ratio. The lease's TTL is the floor no design with these settings can beat: it has
+to expire before anything can react, so the failover table also gives each phase
+from the expiry.
 
 Phases, all from the crash:
 - lease expired: the host's liveness key is gone from etcd (this script watches it);
@@ -148,8 +151,10 @@ def return_home(etcd: EtcdClient, vdm: dict, host: str, log: Path) -> dict[str, 
     home; and each live migration's guest pause, the longest gap between the canary's
     records around it (they come every 0.2 s or so)."""
     moving = sorted(n for n, h in vdm["home"].items() if h == host)
-    subprocess.run([str(BIN / "yasco-lab"), "boot", host], check=True, capture_output=True)
+    # From the boot command's start: it returns once the host's services run, which
+    # takes longer when its etcd member must first find the cluster's new leader.
     booted = time.time()
+    subprocess.run([str(BIN / "yasco-lab"), "boot", host], check=True, capture_output=True)
     wait("agent registered", lambda: etcd.get(etcd_keys.alive_key(host, cluster=CLUSTER))
          is not None, 120)
     registered = time.time()
@@ -180,20 +185,26 @@ def return_home(etcd: EtcdClient, vdm: dict, host: str, log: Path) -> dict[str, 
             "pause max": max(pauses)}
 
 
+# Where the watcher's playbooks run this collection's tasks: in the controller's
+# process (the default), and as modules, the baseline (yasco_run_on_controller).
+MODES = {"in process": True, "as modules": False}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--vms", type=int, default=12)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3, help="runs of each mode")
     args = parser.parse_args()
     lab = lab_status()
-    rows = []
-    returns: list[dict[str, float]] = []
+    rows: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    returns: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="yasco-failover-") as scratch:
         inv, names = inventory(lab, args.vms, Path(scratch) / "inventory")
         playbook("plan", inv)
         playbook("provision", inv)
         vdm = yaml.safe_load((inv / "group_vars" / "all" / "yasco_vdm.yml").read_text())[
             "yasco_vdm"]
+        hold_down = vdm_hold_down(inv)
         wait("canaries writing", lambda: all(len(storage.canary_records(n)) >= 2
                                              for n in names), 600, every=2)
         log = Path(scratch) / "watcher.log"
@@ -204,16 +215,21 @@ def main() -> None:
         time.sleep(8)
         try:
             with EtcdClient(lab["etcd_endpoints"]) as etcd:
-                for index in range(args.runs):
+                # The modes take turns, so that both see the same machine.
+                for index in range(args.runs * len(MODES)):
+                    mode = list(MODES)[index % len(MODES)]
+                    # Each playbook the watcher starts reads the inventory afresh.
+                    (inv / "group_vars" / "all" / "run_mode.yml").write_text(
+                        yaml.safe_dump({"yasco_run_on_controller": MODES[mode]}))
                     host = f"hv{index % 3 + 1}"
                     row = one_run(etcd, lab, inv, vdm, host, log)
-                    rows.append((host, row))
-                    print(f"run {index + 1}: crash {host}: " + ", ".join(
+                    rows[mode].append(row)
+                    print(f"run {index + 1} ({mode}): crash {host}: " + ", ".join(
                         f"{k} {v:.1f}" if k != "vms" else f"{v} VMs" for k, v in row.items()),
                         flush=True)
                     back = return_home(etcd, vdm, host, log)
-                    returns.append(back)
-                    print(f"run {index + 1}: boot {host}: " + ", ".join(
+                    returns[mode].append(back)
+                    print(f"run {index + 1} ({mode}): boot {host}: " + ", ".join(
                         f"{k} {v:.1f}" for k, v in back.items()), flush=True)
         finally:
             # Cleaning up must not hide why a run stopped: boot what is down, and
@@ -232,29 +248,39 @@ def main() -> None:
                 if done.returncode != 0:
                     print(f"could not remove {name}: remove it with playbooks/remove_vm.yml",
                           file=sys.stderr)
-    phases = [k for k in rows[0][1] if k != "vms"]
+    first, baseline = MODES
     print(f"\n{args.vms} HA canary VMs on 3 lab hypervisors, one crashed per run; seconds "
-          f"from the crash, median of {len(rows)} runs; agent lease ttl "
-          f"{hypervisor.AGENT_TTL:g} s")
-    # What YASCO does starts when the lease expires; before that, etcd decides (and a
-    # leader election when the crashed host ran etcd's leader renews every lease).
-    print(f"{'phase':<16} {'median s':>9} {'min s':>7} {'max s':>7}  {'vs ttl':>7}  "
-          f"{'after expiry':>12}")
-    for phase in phases:
-        values = [row[phase] for dummy, row in rows]
-        median = statistics.median(values)
-        after = statistics.median(row[phase] - row["lease expired"] for dummy, row in rows)
-        print(f"{phase:<16} {median:>9.1f} {min(values):>7.1f} {max(values):>7.1f}  "
-              f"{median / hypervisor.AGENT_TTL:>6.1f}x  {after:>12.1f}")
+          f"from the crash, median (min-max) of {args.runs} runs each, tasks run {first} "
+          f"and, the baseline, {baseline}, taking turns; agent lease ttl "
+          f"{hypervisor.AGENT_TTL:g} s. After expiry: the median from the lease's expiry, "
+          "when YASCO can first act (when the crashed host ran etcd's leader, the "
+          "election renews every lease first).")
+    print(f"{'phase':<14} {first:>17} {baseline:>17} {'ratio':>6}  "
+          f"{'after expiry':>16}")
+    for phase in [k for k in rows[first][0] if k != "vms"]:
+        after = [statistics.median(r[phase] - r["lease expired"] for r in rows[m])
+                 for m in MODES]
+        print(f"{phase:<14} {spread(rows[first], phase):>17} "
+              f"{spread(rows[baseline], phase):>17} {ratio(rows, phase):>6}  "
+              f"{after[0]:>7.1f} / {after[1]:<7.1f}")
 
-    print(f"\nReturn home, seconds from the boot, median of {len(returns)} runs (the "
-          f"watcher's hold-down is {vdm_hold_down(inv):g} s); pause: a canary's longest "
-          "gap between writes around its live migration (about 0.2 s without one)")
-    print(f"{'phase':<16} {'median s':>9} {'min s':>7} {'max s':>7}")
-    for phase in returns[0]:
-        values = [row[phase] for row in returns]
-        print(f"{phase:<16} {statistics.median(values):>9.1f} {min(values):>7.1f} "
-              f"{max(values):>7.1f}")
+    print(f"\nReturn home, seconds from the boot, median (min-max) of {args.runs} runs "
+          f"each (the watcher's hold-down is {hold_down:g} s); pause: a canary's "
+          "longest gap between writes around its live migration (about 0.2 s without one)")
+    print(f"{'phase':<14} {first:>17} {baseline:>17} {'ratio':>6}")
+    for phase in returns[first][0]:
+        print(f"{phase:<14} {spread(returns[first], phase):>17} "
+              f"{spread(returns[baseline], phase):>17} {ratio(returns, phase):>6}")
+
+
+def spread(rows: list[dict[str, float]], phase: str) -> str:
+    values = [row[phase] for row in rows]
+    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+
+
+def ratio(rows: dict[str, list[dict[str, float]]], phase: str) -> str:
+    first, baseline = (statistics.median(r[phase] for r in rows[m]) for m in MODES)
+    return f"{first / baseline:.2f}" if baseline else "-"
 
 
 def vdm_hold_down(inv: Path) -> float:

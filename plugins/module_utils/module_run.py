@@ -29,10 +29,13 @@ class BatchModule:
     """An AnsibleModule whose options describe one item, identified by `key`, or,
     with `option`, several: each element of `option` takes the same options, and
     what it leaves out comes from the task's own. `key` is given either for the task
-    or per element, unless `shared_key`: then the task's is every element's default."""
+    or per element, unless `shared_key`: then the task's is every element's default.
+    `module_class` builds the task's module: AnsibleModule, or what stands in for it
+    on the controller (plugin_utils/controller_module.py)."""
 
     def __init__(self, argument_spec: dict[str, Any], option: str, key: str = "name",
-                 shared_key: bool = False, independent: bool = False, **rules: Any) -> None:
+                 shared_key: bool = False, independent: bool = False,
+                 module_class: Callable[..., Any] = AnsibleModule, **rules: Any) -> None:
         self.option, self.key = option, key
         # The task's own options, which no item takes.
         self.task_options = {option, *(INDEPENDENT_SPEC if independent else ())}
@@ -45,9 +48,9 @@ class BatchModule:
                 option: {"type": "list", "elements": "dict", "no_log": False},
                 **(INDEPENDENT_SPEC if independent else {})}
         exclusive = [] if shared_key else [[key, option]]
-        self.module = AnsibleModule(argument_spec=spec, supports_check_mode=True,
-                                    mutually_exclusive=exclusive,
-                                    required_one_of=[[key, option]])
+        self.module = module_class(argument_spec=spec, supports_check_mode=True,
+                                   mutually_exclusive=exclusive,
+                                   required_one_of=[[key, option]])
 
     @property
     def batch(self) -> bool:

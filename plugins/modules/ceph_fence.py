@@ -136,8 +136,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.ceph_fencing import 
 from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
 
 
-def main():
-    module = AnsibleModule(
+def main(module_class=AnsibleModule) -> None:
+    module = module_class(
         argument_spec={
             **CEPH_ARGUMENT_SPEC,
             "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},

@@ -116,6 +116,8 @@ results:
 import json
 from typing import Any
 
+from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
@@ -142,9 +144,9 @@ def append(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[s
     return result
 
 
-def main() -> None:
-    run_batch_module(BatchModule(ARGUMENT_SPEC, option="events", key="kind", shared_key=True),
-                     append)
+def main(module_class=AnsibleModule) -> None:
+    run_batch_module(BatchModule(ARGUMENT_SPEC, option="events", key="kind", shared_key=True,
+                                 module_class=module_class), append)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ options:
   domains_from:
     description:
       - Where to learn which domains run on each hypervisor.
-      - V(libvirt) asks every hypervisor's libvirt, which is the truth but waits up to
-        O(connect_timeout) on a dead host.
+      - V(libvirt) asks every hypervisor's libvirt, all at once, which is the truth
+        but waits up to O(connect_timeout) when a host is dead.
       - V(agents) reads what the host agents publish in etcd, which vanishes with a
         host's lease and never waits on a dead host. The evacuation uses it. Each
         hypervisor's C(libvirt) is then V(published), or V(not alive).
@@ -47,7 +47,7 @@ options:
     default: 10
     version_added: 0.2.0
   connect_timeout:
-    description: Seconds to wait for each hypervisor's libvirt.
+    description: Seconds to wait for a hypervisor's libvirt to answer.
     type: float
     default: 10
 extends_documentation_fragment:
@@ -78,6 +78,7 @@ RETURN = r"""
 hypervisors:
   description: Per hypervisor, C(name), C(uri), C(registered) (what its agent last
     registered, such as C(address) and C(ceph_addrs), or null), C(alive),
+    C(boot_id) (the boot its agent runs in now, or null when not alive),
     C(lease_ttl), C(fenced), C(fence) (its C(fences/<host>) record, or null),
     C(maintenance), C(libvirt) (reachable or not) and C(domains).
   returned: success
@@ -123,8 +124,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
     module_argument_spec, run_module)
 
 
-def main():
-    module = AnsibleModule(
+def main(module_class=AnsibleModule) -> None:
+    module = module_class(
         argument_spec=module_argument_spec(
             hypervisors={"type": "dict", "required": True},
             cluster={"type": "str", "default": "yasco"},

@@ -103,6 +103,8 @@ results:
   sample: [{name: web1-cidata, changed: false, sha256: 9f86d081884c7d65...}]
 """
 
+from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
     CEPH_ARGUMENT_SPEC, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
 from ansible_collections.yasco.cluster.plugins.module_utils.config_drive import (
@@ -111,7 +113,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
     BatchModule, run_module)
 
 
-def main():
+def main(module_class=AnsibleModule) -> None:
     module = BatchModule(
         {
             **CEPH_ARGUMENT_SPEC,
@@ -124,6 +126,7 @@ def main():
         },
         option="drives",
         required_if=[("state", "present", ("user_data",))],
+        module_class=module_class,
     )
     run_module(module, DriveRun, CephError,
                {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR, "pycdlib": PYCDLIB_IMPORT_ERROR})

@@ -202,6 +202,8 @@ actual_value:
 
 from typing import Any
 
+from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     EtcdClient, EtcdError, KeyValue, to_json)
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
@@ -353,9 +355,10 @@ def absent(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[s
 STATES = {"present": present, "absent": absent}
 
 
-def main() -> None:
+def main(module_class=AnsibleModule) -> None:
     batch = BatchModule(ARGUMENT_SPEC, option="keys", key="key",
-                        required_if=[("state", "present", ("value",))])
+                        required_if=[("state", "present", ("value",))],
+                        module_class=module_class)
     items = [dict(item, value=as_text(item["value"]), if_value=as_text(item["if_value"]))
              for item in batch.items()]
     for item in items:  # every item's options are checked before anything is written

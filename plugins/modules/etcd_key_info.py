@@ -177,8 +177,8 @@ def read(etcd: EtcdClient, params: dict[str, Any], _check_mode: bool) -> dict[st
             "revision": current.mod_revision, "kvs": [current.as_dict()]}
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def main(module_class=AnsibleModule) -> None:
+    module = module_class(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, read, refusal=refusal, key=module.params["key"])
 
 

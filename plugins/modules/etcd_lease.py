@@ -169,10 +169,10 @@ def absent(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[s
 STATES = {"present": present, "absent": absent}
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           required_if=[("state", "present", ("ttl",)),
-                                        ("state", "absent", ("id",))])
+def main(module_class=AnsibleModule) -> None:
+    module = module_class(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                          required_if=[("state", "present", ("ttl",)),
+                                       ("state", "absent", ("id",))])
     run_module(module, STATES[module.params["state"]], refusal=refusal)
 
 

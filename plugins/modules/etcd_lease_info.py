@@ -116,8 +116,8 @@ def read(etcd: EtcdClient, params: dict[str, Any], _check_mode: bool) -> dict[st
             "keys": sorted(existing.keys)}
 
 
-def main() -> None:
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+def main(module_class=AnsibleModule) -> None:
+    module = module_class(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, read, refusal=refusal)
 
 

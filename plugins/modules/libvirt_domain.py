@@ -288,6 +288,8 @@ pending_restart:
   type: bool
 """
 
+from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import (
     LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_domain import DomainRun
@@ -333,7 +335,7 @@ SPEC_OPTIONS = {
 }
 
 
-def main():
+def main(module_class=AnsibleModule) -> None:
     module = BatchModule(
         {
             **LIBVIRT_ARGUMENT_SPEC,
@@ -349,6 +351,7 @@ def main():
         option="domains",
         independent=True,
         mutually_exclusive=[["spec", "xml"]],
+        module_class=module_class,
     )
     run_module(module, DomainRun, LibvirtAdapterError, {"libvirt-python": LIBVIRT_IMPORT_ERROR})
 

@@ -164,6 +164,8 @@ actions:
   sample: [create, snapshot before-upgrade]
 """
 
+from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
     CEPH_ARGUMENT_SPEC, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph_image import ImageRun
@@ -171,7 +173,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
     BatchModule, run_module)
 
 
-def main():
+def main(module_class=AnsibleModule) -> None:
     module = BatchModule(
         {
             **CEPH_ARGUMENT_SPEC,
@@ -187,6 +189,7 @@ def main():
             "force": {"type": "bool", "default": False},
         },
         option="images",
+        module_class=module_class,
     )
     run_module(module, ImageRun, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
 

@@ -77,8 +77,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.ceph_image import Im
 from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
 
 
-def main():
-    module = AnsibleModule(
+def main(module_class=AnsibleModule) -> None:
+    module = module_class(
         argument_spec={**CEPH_ARGUMENT_SPEC, "pool": {"type": "str", "required": True},
                        "name": {"type": "str", "required": True}},
         supports_check_mode=True,
