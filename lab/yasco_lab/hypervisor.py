@@ -136,6 +136,11 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     wrapper = host.root / "qemu-system-x86_64"
     wrapper.write_text(_QEMU_WRAPPER)
     wrapper.chmod(0o755)
+    # Every boot is a new boot to what runs on the host, as on a machine of its own:
+    # its agent registers the boot id, and a return home tells a reboot from a host
+    # that was only cut off.
+    boot_id = host.root / "boot_id"
+    boot_id.write_text(f"{uuid.uuid4()}\n")
     node.run("sh", "-ec", f"""
         {keep}
         mount -t tmpfs -o mode=0755 tmpfs /run
@@ -149,6 +154,7 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
         touch {_QEMU_REAL}
         mount --bind {_QEMU} {_QEMU_REAL}
         mount --bind {wrapper} {_QEMU}
+        mount --bind {boot_id} /proc/sys/kernel/random/boot_id
     """)
     logs = host.root / "log"
     node.start_daemon(*etcd.member_command(host, cluster), log=logs / "etcd.log")

@@ -12,6 +12,7 @@ records as running that runs nowhere.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events, etcd_keys
@@ -33,6 +34,16 @@ def _running_domains(name: str, uri: str, timeout: float) -> tuple[dict[str, str
         conn.close()
 
 
+def _ask_libvirt(hypervisors: dict[str, str], timeout: float
+                 ) -> dict[str, tuple[dict[str, str] | None, str]]:
+    """_running_domains of every host, all asked at once (each over a connection of
+    its own): a host that does not answer costs one connect timeout, not one each."""
+    with ThreadPoolExecutor(max(1, min(len(hypervisors), 16))) as pool:
+        futures = {name: pool.submit(_running_domains, name, uri, timeout)
+                   for name, uri in hypervisors.items()}
+    return {name: future.result() for name, future in futures.items()}
+
+
 def _table(rows: list[list[Any]], header: list[str]) -> str:
     cells = [[str(c) for c in row] for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
@@ -50,6 +61,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
     problems: list[str] = []
     hosts = []
     seen: dict[str, list[tuple[str, str]]] = {}
+    asked = {} if params["domains_from"] == "agents" else _ask_libvirt(
+        params["hypervisors"], params["connect_timeout"])
     for name, uri in sorted(params["hypervisors"].items()):
         alive = etcd.get(etcd_keys.alive_key(name, cluster=cluster))
         ttl = None
@@ -63,7 +76,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                 for kv in etcd.get_prefix(etcd_keys.domains_prefix(name, cluster=cluster))}
             reachable = "published" if alive is not None else "not alive"
         else:
-            domains, why = _running_domains(name, uri, params["connect_timeout"])
+            domains, why = asked[name]
             reachable = "reachable" if domains is not None else "unreachable"
             if domains is None:
                 problems.append(f"{name}: libvirt cannot be reached ({why})")
@@ -74,6 +87,9 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         hosts.append({
             "name": name,
             "uri": uri,
+            # This registration's boot: a return home tells a reboot from a reconnect.
+            "boot_id": (from_json(alive.value, alive.key) or {}).get("boot_id")
+            if alive is not None else None,
             "registered": from_json(registered.value, registered.key) if registered else None,
             "alive": alive is not None,
             "lease_ttl": ttl,

@@ -56,7 +56,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     settled: list[str] = []
     for name in sorted(vms):
         record = vms[name].get("record") or {}
-        where = record.get("host")
+        where = _lives_on(record, vms[name], failed)
         kind = kinds.get(name)
         if kind != "ha" or name not in by_name:
             if where in failed and record.get("state") in ACTIVE:
@@ -101,6 +101,19 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                     "details": {"ceph_addrs": _ceph_addrs(hosts.get(h, {}))}} for h in failed]
         + [{"kind": "preempted", "vm": p["vm"], "host": p["host"]} for p in preempt],
     }
+
+
+def _lives_on(record: dict[str, Any], vm: dict[str, Any], failed: list[str]) -> str | None:
+    """The host whose failure the VM shares: the recorded one; but for a live
+    migration to a host that failed meanwhile (a return home cut short, say), that
+    host, once the VM runs on no live host: the failed host ran its only copy. Should
+    the source still run it after all, its disk lock, held by a live client, keeps it
+    from starting (after_fence), and the migration's own ending records it."""
+    if (record.get("state") == "migrating" and record.get("to") in failed
+            and record.get("host") not in failed
+            and not [h for h in vm.get("running_on") or [] if h not in failed]):
+        return record["to"]
+    return record.get("host")
 
 
 def after_fence(evacuation: dict[str, Any], fence: dict[str, Any]) -> dict[str, Any]:

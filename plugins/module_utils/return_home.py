@@ -98,6 +98,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     restart, waiting = _preempted_restarts(vms, vdm, by_name, hosts, after, cluster)
     return {
         "host": host,
+        "came_back": _came_back(here, fence),
         # Read before each wave: a host that fails again stops its return.
         "alive_key": etcd_keys.alive_key(host, cluster=cluster),
         "stale": stale,
@@ -126,6 +127,19 @@ def _check_ready(here: dict[str, Any]) -> None:
     if fence is not None and not fence.get("ceph_addrs"):
         raise ReturnHomeError(f"{name}: its fence record names no address to unfence: "
                               "lift the blocklist by hand (yasco.cluster.ceph_fence)")
+
+
+def _came_back(here: dict[str, Any], fence: dict[str, Any] | None) -> str:
+    """How the host came back, for the report: a reboot, or the same boot cut off
+    from the cluster for a while (its agent self-fenced and registered again)."""
+    if not fence:
+        return "was not fenced"
+    if not fence.get("boot_id") or not here.get("boot_id"):
+        return "registered again (boot not known)"
+    if fence["boot_id"] != here["boot_id"]:
+        return "rebooted (a new boot since it was fenced)"
+    return ("reconnected without a reboot (it was cut off from the cluster; "
+            "what it kept running is destroyed)")
 
 
 def _recorded(vm: dict[str, Any], where: str) -> bool:

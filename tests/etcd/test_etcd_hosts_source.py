@@ -214,6 +214,26 @@ def test_a_host_back_up_is_stable_after_the_hold_down_and_a_flapping_one_is_not(
         assert source.next()["type"] == "maintenance"
 
 
+def test_a_host_whose_agent_stopped_beating_in_its_hold_down_is_not_stable_until_it_beats(
+        etcd, cluster, start):
+    """Crashed again a moment after it came back: its lease outlives the hold-down,
+    but its agent no longer rewrites its key, so it gets nothing back."""
+    with etcd.client() as client:
+        register(client, cluster, "hv2")
+        source = start(hold_down=1)
+        wait_until_leading(source)
+        lease = client.grant_lease(60).id
+        key = etcd_keys.alive_key("hv1", cluster=cluster)
+        client.put_json(key, {"host": "hv1", "ttl": 3}, lease=lease)  # beats every 1 s
+        assert source.next()["type"] == "host_up"
+        with pytest.raises(queue.Empty):
+            source.events.get(timeout=3)
+        assert "hv1" in source.watcher.returning
+        client.put_json(key, {"host": "hv1", "ttl": 3}, lease=lease)  # it beats again
+        event = source.next()
+        assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
+
+
 def test_a_new_leader_counts_the_hold_down_of_a_host_up_while_still_fenced(
         etcd, cluster, start):
     with etcd.client() as client:

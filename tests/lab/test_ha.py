@@ -5,7 +5,8 @@ started once, never twice at a time, and each canary carries on from its last
 durable write; once the host is back and stays up, the watcher brings its VMs home
 live; killing the etcd leader evacuates nothing; a drain moves every VM off a host
 live and the undrain brings them back; a disarmed cluster evacuates nothing until it
-is armed again."""
+is armed again; a host that flaps gets nothing back until it stays up, and one that
+fails again during its return is evacuated again."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
@@ -102,18 +104,28 @@ def address_of(lab, host: str) -> str:
     return next(h["address"] for h in lab["hosts"] if h["name"] == host)
 
 
+# Room for what the fixture runs, and so little more that hv1's failure must stop the
+# preemptible VM on hv2: hv1 and hv2 hold 512 MiB of VMs each, hv3 256 MiB.
+CAPACITY_MB = {"hv1": 640, "hv2": 640, "hv3": 384}  # the lab reserves 128 on each
+
+
 @pytest.fixture(name="ha", scope="module")
 def fixture_ha(lab, tmp_path_factory):
-    """Two HA canaries, a plain and a preemptible one homed on hv1, a preemptible one on
-    hv2, provisioned and running; two watchers running. Put back afterwards."""
+    """Two HA canaries and a plain one homed on hv1, a preemptible one on hv2 that
+    hv1's failure stops to make room, provisioned and running; two watchers running.
+    Put back afterwards."""
     scratch = tmp_path_factory.mktemp("ha")
     suffix = uuid.uuid4().hex[:6]
     names = {kind: f"{kind}-{suffix}" for kind in ("ha1", "ha2", "plain", "batch")}
-    vms = {names["ha1"]: {"ha": True, "home": "hv1", "priority": 5},
+    vms = {names["ha1"]: {"ha": True, "home": "hv1", "priority": 5, "memory_mb": 256},
            names["ha2"]: {"ha": True, "home": "hv1"},
            names["plain"]: {"home": "hv1"},
-           names["batch"]: {"preemptible": True, "home": "hv2"}}
+           names["batch"]: {"preemptible": True, "home": "hv2", "memory_mb": 512}}
     inventory = make_inventory(lab, scratch / "inventory", vms)
+    (inventory / "host_vars").mkdir()
+    for host, memory in CAPACITY_MB.items():
+        (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(
+            {"yasco_capacity": {"vcpus": 4, "memory_mb": memory}}))
     rc, dummy = playbook("plan", inventory)
     assert rc == 0
     rc, results = playbook("provision", inventory)
@@ -161,6 +173,7 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
         assert stored[name] == {"host": targets[name], "state": "running"}
     assert stored[names["plain"]] == {"host": "hv1", "state": "down"}
     preempted = vdm["preempt"].get("hv1", [])
+    assert preempted == [names["batch"]]
     for name in preempted:
         assert stored[name]["state"] == "preempted" and name not in running(lab)
     # One evacuation, though two watchers saw the failure.
@@ -186,6 +199,11 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
         assert_writers_follow_each_other(name)
     assert sorted(e["vm"] for e in history(lab, "migrated", ha_vms)) == sorted(ha_vms)
     assert [e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"]
+    assert "host: hv1, rebooted" in watcher_logs(ha)
+
+
+def watcher_logs(ha) -> str:
+    return "".join(p.read_text(errors="replace") for p in ha["scratch"].glob("watcher*.log"))
 
 
 def wait_until_home(lab, ha, host: str) -> None:
@@ -256,6 +274,7 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
     stale = {e["vm"] for e in history(lab, "stale-destroyed") if e.get("host") == refuge}
     assert {n for n in ha["names"].values() if vdm["home"][n] == refuge
             and vdm["vms"][n]["kind"] == "plain"} <= stale
+    assert f"host: {refuge}, reconnected without a reboot" in watcher_logs(ha)
 
 
 def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(lab, ha):
@@ -332,8 +351,7 @@ def test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again(lab, ha):
     time.sleep(8)  # an armed watcher has fenced and started them by now
     assert len(history(lab, "fenced")) == fences
     assert not any(running(lab).get(n) for n in ha_vms)
-    logs = "".join(p.read_text(errors="replace") for p in ha["scratch"].glob("watcher*.log"))
-    assert f"not reporting host_down for {host}" in logs
+    assert f"not reporting host_down for {host}" in watcher_logs(ha)
     rc, results = playbook("evacuate", ha["inventory"])
     assert rc != 0 and any("HA is disarmed" in str(r.get("msg")) for r in results)
     rc, dummy = playbook("disarm", ha["inventory"], yasco_ha_disarmed=False)
@@ -346,3 +364,51 @@ def test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again(lab, ha):
     yasco_lab("boot", host)
     wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
     wait_until_home(lab, ha, host)
+
+
+def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_evacuated(
+        lab, ha):
+    """hv1 comes back and fails again inside the hold-down: no return starts. Back
+    for good, its return starts; it fails again in the middle of it: the evacuation
+    takes over, each VM runs exactly once throughout, and the next return finishes."""
+    names, vdm, host = ha["names"], ha["vdm"], "hv1"
+    hold_down = yaml.safe_load((ha["inventory"] / "group_vars" / "all" / "lab.yml")
+                               .read_text())["yasco_return_hold_down"]
+    wait_until_home(lab, ha, host)
+    ha_vms, targets = [names["ha1"], names["ha2"]], vdm["failover"][host]
+    yasco_lab("crash", host)
+    wait_for("HA VMs running on their targets",
+             lambda: all(running(lab).get(n) == [targets[n]] for n in ha_vms),
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
+    unfenced = len(history(lab, "unfenced"))
+
+    yasco_lab("boot", host)
+    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    time.sleep(hold_down / 3)
+    yasco_lab("crash", host)
+    time.sleep(hold_down + 5)  # a host that had stayed up would be getting its VMs by now
+    assert len(history(lab, "unfenced")) == unfenced
+    assert all(running(lab).get(n) == [targets[n]] for n in ha_vms)
+    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+        assert etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is not None
+
+    yasco_lab("boot", host)
+    # Its return under way: an HA VM on its way home, or home already.
+    wait_for("a live migration home", lambda: any(
+        records(lab).get(n, {}).get("state") == "migrating"
+        or records(lab).get(n, {}).get("host") == host for n in ha_vms),
+        EVACUATE, every=0.1, check=no_vm_twice(lab))
+    yasco_lab("crash", host)
+    wait_for("every HA VM running once, off the failed host", lambda: all(
+        len(running(lab).get(n, [])) == 1 and running(lab)[n] != [host] for n in ha_vms),
+        EVACUATE, every=0.5, check=no_vm_twice(lab))
+    wait_for("the records to agree with libvirt", lambda: all(
+        records(lab).get(n) == {"host": running(lab)[n][0], "state": "running"}
+        for n in ha_vms), EVACUATE, every=1, check=no_vm_twice(lab))
+
+    yasco_lab("boot", host)
+    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    wait_until_home(lab, ha, host)
+    for name in ha_vms:
+        assert_writers_follow_each_other(name)

@@ -44,9 +44,11 @@ description:
     last rewrite that succeeded; once a host's key is that old (confirmed by a read),
     the leading watcher ends its lease, as etcd would have.
   - A host that registered again (C(host_up)) and stays up for O(hold_down) seconds
-    is reported as C(host_stable), unless it came back in maintenance (drained: the
-    undrain brings its VMs back). A new leader reports it too for a host that is up
-    while etcd still records its fence.
+    is reported as C(host_stable) once its agent is beating (a host that crashed
+    again keeps its lease for up to a TTL, and must not get its VMs back meanwhile),
+    unless it came back in maintenance (drained: the undrain brings its VMs back).
+    A new leader reports it too for a host that is up while etcd still records its
+    fence.
   - While the cluster is disarmed (C(/yasco/<cluster>/ha/disarmed) exists, written by
     C(playbooks/disarm.yml)), no C(host_down) nor C(host_stable) is emitted and the
     log says so for every failure; once the flag is deleted, a resync reports every
@@ -163,6 +165,8 @@ STALE_CHECK = 0.25
 STALE_SLACK = 0.5
 # How often the disarm flag is read.
 DISARM_CHECK = 1.0
+# How soon a host up for its hold-down whose agent missed a beat is looked at again.
+STABLE_RECHECK = 0.25
 
 
 def _disarm_text(flag: dict[str, Any]) -> str:
@@ -313,7 +317,8 @@ class Watcher:
                 # coming, and must not put the report off.
                 if pending and self.disarmed is not None:
                     LOG.warning("HA DISARMED (%s): not reporting host_down for %s; re-arming "
-                                "reports it", _disarm_text(self.disarmed), ", ".join(sorted(pending)))
+                                "reports it", _disarm_text(self.disarmed),
+                                ", ".join(sorted(pending)))
                     pending = set()
                 if pending and (self.loop.time() >= settled or not self._quiet()):
                     down = self._down()
@@ -469,15 +474,23 @@ class Watcher:
             await asyncio.sleep(DISARM_CHECK)
 
     async def _report_stable(self, queue) -> None:
-        """host_stable for each host up on the same lease for hold_down seconds."""
+        """host_stable for each host up on the same lease for hold_down seconds, once
+        its agent is beating: a host that fails again keeps its lease for up to a TTL,
+        and must not get its VMs back meanwhile. It waits for the next beat, or its
+        key's expiry forgets it."""
         now = self.loop.time()
         for host, (lease, due) in list(self.returning.items()):
             if due > now:
                 continue
+            key = etcd_keys.alive_key(host, cluster=self.cluster)
+            alive = self.records.get(key)
+            up = self.disarmed is None and alive is not None and alive.lease == lease
+            if up and self._missed_beat(key):
+                self.returning[host] = (lease, now + STABLE_RECHECK)
+                continue
             # Forgotten while disarmed: re-arming resyncs, which counts it afresh.
             del self.returning[host]
-            alive = self.records.get(etcd_keys.alive_key(host, cluster=self.cluster))
-            if self.disarmed is None and alive is not None and alive.lease == lease:
+            if up:
                 await self._emit(queue, "host_stable", [host])
 
     async def _resync(self, queue, reader: EtcdClient) -> None:
@@ -517,19 +530,24 @@ class Watcher:
         await queue.put({"yasco": payload})
 
     def _quiet(self) -> list[str]:
-        """The hosts still alive whose liveness key has not been rewritten for a third
-        of their TTL (or that registered none): an agent beats at least that often, so
+        """The hosts still alive whose agent missed a beat (or that registered no TTL):
         these may be failing with the ones pending."""
-        now = self.loop.time()
         quiet = []
-        for key, at in list(self.seen.items()):
+        for key in list(self.seen):
             parsed = self._host_record(key)
-            if parsed is None or parsed.kind != "alive":
-                continue
-            ttl = _agent_ttl(self.records.get(key))
-            if ttl is None or now - at > ttl / 3:
+            if parsed is not None and parsed.kind == "alive" and self._missed_beat(key) in (
+                    None, True):
                 quiet.append(parsed.host)
         return quiet
+
+    def _missed_beat(self, key: str) -> bool | None:
+        """Whether the liveness key `key` has not been rewritten for a third of the TTL
+        its agent registered with (an agent beats at least that often); None when it
+        names no TTL."""
+        ttl = _agent_ttl(self.records.get(key))
+        if ttl is None:
+            return None
+        return self.loop.time() - self.seen.get(key, self.loop.time()) > ttl / 3
 
     def _down(self) -> list[str]:
         """The hypervisors with neither a liveness key nor a maintenance marker."""

@@ -92,6 +92,23 @@ def test_a_vm_away_from_home_goes_home_when_only_its_refuge_fails():
     assert [(s["vm"], s["to"]) for s in done["start"]] == [("web", "hv1")]
 
 
+def test_a_vm_whose_return_home_the_failure_cut_short_is_evacuated_unless_its_source_runs_it():
+    """web was live-migrating home to hv1 (from its spare slot on hv2) when hv1 failed
+    again: its record still says migrating. Running on hv2 it stays; running nowhere,
+    hv1 had its only copy, and it starts on its target as if it had been there."""
+    migrating = {"host": "hv2", "state": "migrating", "to": "hv1"}
+    records = {**{n: {"host": h, "state": "running"} for n, h in VDM["home"].items()},
+               "web": migrating}
+    on_hv2 = {**{n: [h] for n, h in VDM["home"].items()}, "web": ["hv2"]}
+    done = plan(status(records=records, running=on_hv2), VDM, ITEMS)
+    assert [s["vm"] for s in done["start"]] == ["db"]
+    nowhere = {**on_hv2, "web": []}
+    done = plan(status(records=records, running=nowhere), VDM, ITEMS)
+    web = next(s for s in done["start"] if s["vm"] == "web")
+    assert web["to"] == "hv2" and web["claim"]["if_value"] == migrating
+    assert "yasco/web" in done["images"]  # its lock broken, unless a live client holds it
+
+
 def test_two_failed_hosts_are_one_failure_set():
     done = plan(status(alive=("hv3",)), VDM, ITEMS)
     assert done["failed"] == ["hv1", "hv2"]

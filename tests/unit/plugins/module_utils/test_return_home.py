@@ -1,6 +1,6 @@
 """What a return home does (module_utils/return_home.py), from a cluster status, a VDM
 and provisioning items written out by hand. Carried out on the lab by
-tests/lab/test_return_home.py."""
+tests/lab/test_ha.py."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ AFTER_EVACUATION = {
 }
 
 
-def status(vms=None, fence="fenced", alive=HOSTS, maintenance=(), libvirt="reachable"):
+def status(vms=None, fence="fenced", alive=HOSTS, maintenance=(), libvirt="reachable",
+           boot="b2"):
     vms = AFTER_EVACUATION if vms is None else vms
     fence = FENCE if fence == "fenced" else fence
     return {
@@ -56,7 +57,7 @@ def status(vms=None, fence="fenced", alive=HOSTS, maintenance=(), libvirt="reach
                          "maintenance": h in maintenance,
                          "libvirt": libvirt if h == "hv1" else "reachable",
                          "fence": fence if h == "hv1" else None,
-                         "registered": {"boot_id": "b2"}} for h in HOSTS],
+                         "registered": {"boot_id": boot}, "boot_id": boot} for h in HOSTS],
         "vms": [{"name": n, "record": r, "running_on": on} for n, (r, on) in vms.items()],
     }
 
@@ -81,6 +82,14 @@ def test_a_returning_host_is_unfenced_gets_its_vms_back_and_the_preempted_restar
     # batch (2 vCPUs, 1 GiB) fits hv2 once web has left it.
     assert [(r["vm"], r["host"]) for r in done["restart"]] == [("batch", "hv2")]
     assert done["waiting"] == [] and done["away"] == []
+
+
+def test_the_report_tells_a_reboot_from_a_host_that_was_only_cut_off():
+    assert plan(status(), VDM, ITEMS, "hv1")["came_back"].startswith("rebooted")
+    # Its boot as when it was fenced: a partition healed, nothing restarted.
+    assert plan(status(boot="b1"), VDM, ITEMS, "hv1")["came_back"].startswith(
+        "reconnected without a reboot")
+    assert plan(status(fence=None), VDM, ITEMS, "hv1")["came_back"] == "was not fenced"
 
 
 def test_a_preempted_vm_waits_while_its_home_has_no_room():
