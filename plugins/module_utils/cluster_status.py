@@ -63,17 +63,23 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
     seen: dict[str, list[tuple[str, str]]] = {}
     asked = {} if params["domains_from"] == "agents" else _ask_libvirt(
         params["hypervisors"], params["connect_timeout"])
+    # One transaction: every record as of one revision, consistent with each other.
+    snapshot = etcd.get_prefixes([etcd_keys.hosts_prefix(cluster=cluster),
+                                  etcd_keys.vms_prefix(cluster=cluster),
+                                  etcd_keys.fences_prefix(cluster=cluster),
+                                  etcd_keys.disarmed_key(cluster=cluster)])
+    stored = {kv.key: kv for kvs in snapshot.values() for kv in kvs}
     for name, uri in sorted(params["hypervisors"].items()):
-        alive = etcd.get(etcd_keys.alive_key(name, cluster=cluster))
+        alive = stored.get(etcd_keys.alive_key(name, cluster=cluster))
         ttl = None
         if alive is not None and alive.lease:
             lease = etcd.lease_info(alive.lease, keys=False)
             ttl = lease.ttl if lease else None
-        maintenance = etcd.get(etcd_keys.maintenance_key(name, cluster=cluster)) is not None
+        maintenance = etcd_keys.maintenance_key(name, cluster=cluster) in stored
         if params["domains_from"] == "agents":
-            domains = {kv.key.rsplit("/", 1)[-1]: (from_json(kv.value, kv.key) or {}).get(
-                "state", "running")
-                for kv in etcd.get_prefix(etcd_keys.domains_prefix(name, cluster=cluster))}
+            published = etcd_keys.domains_prefix(name, cluster=cluster)
+            domains = {key[len(published):]: (from_json(kv.value, key) or {}).get(
+                "state", "running") for key, kv in stored.items() if key.startswith(published)}
             reachable = "published" if alive is not None else "not alive"
         else:
             domains, why = asked[name]
@@ -82,8 +88,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                 problems.append(f"{name}: libvirt cannot be reached ({why})")
         for dom, state in (domains or {}).items():
             seen.setdefault(dom, []).append((name, state))
-        registered = etcd.get(etcd_keys.registered_key(name, cluster=cluster))
-        fence = etcd.get(etcd_keys.fence_key(name, cluster=cluster))
+        registered = stored.get(etcd_keys.registered_key(name, cluster=cluster))
+        fence = stored.get(etcd_keys.fence_key(name, cluster=cluster))
         hosts.append({
             "name": name,
             "uri": uri,
@@ -100,7 +106,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
             "domains": sorted(domains or {}),
         })
     records = {kv.key.rsplit("/", 1)[-1]: from_json(kv.value, kv.key)
-               for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=cluster))}
+               for kv in snapshot[etcd_keys.vms_prefix(cluster=cluster)]}
     vms = []
     for name in sorted(set(vdm.get("home", {})) | set(records) | set(seen)):
         record = records.get(name) or {}
@@ -131,7 +137,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                       ["vm", "kind", "home", "etcd host", "etcd state", "running on"])
     events = cluster_events.recent(etcd, params["events"], cluster=cluster)
     tables = [host_table, vm_table]
-    flag = etcd.get(etcd_keys.disarmed_key(cluster=cluster))
+    flag = stored.get(etcd_keys.disarmed_key(cluster=cluster))
     disarmed = None if flag is None else (from_json(flag.value, flag.key) or {})
     if disarmed is not None:
         tables.insert(0, f"HA DISARMED by {disarmed.get('by', '?')} since "

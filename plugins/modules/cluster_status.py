@@ -13,6 +13,8 @@ description:
     whether it is fenced or in maintenance, and which domains libvirt runs there.
   - For every VM, its VDM home, where etcd records it and where it actually runs.
   - Lists the disagreements in RV(problems) - above all a VM running on two hosts.
+  - etcd's records (hosts, VMs, fences, the disarm flag) are read in one transaction,
+    so they are consistent with each other.
   - Changes nothing.
 author:
   - YASCO developers (@yasco)

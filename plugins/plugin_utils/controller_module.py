@@ -48,7 +48,7 @@ class _Exited(BaseException):
 
 class ControllerModule:
     """What this collection's modules use of AnsibleModule (`params`, `check_mode`,
-    `_diff`, `exit_json`, `fail_json`), over the task's arguments validated here the
+    `_diff`, `warn`, `exit_json`, `fail_json`), over the task's arguments validated here the
     way AnsibleModule validates them, secrets (`no_log`) removed from the result."""
 
     def __init__(self, argument_spec: dict[str, Any], supports_check_mode: bool = False,
@@ -80,6 +80,9 @@ class ControllerModule:
             result["warnings"] = self.warnings
         # As a module's result travels: plain JSON types, secrets replaced.
         return json.loads(json.dumps(remove_values(result, self.no_log_values), default=str))
+
+    def warn(self, warning: str) -> None:
+        self.warnings.append(warning)
 
     def exit_json(self, **result: Any) -> None:
         raise _Exited(self._result(result))

@@ -408,3 +408,38 @@ def test_events_are_appended_in_order_and_check_mode_appends_none(etcd, prefix, 
     assert run.result("checked")["changed"] is True and "key" not in run.result("checked")
     assert [e["vm"] for e in run.result("status")["events"]] == ["web1", "web2"]
     assert "started  hv2   web2" in run.result("status")["table"]
+
+
+def test_status_reads_what_the_agents_publish_as_of_one_revision(etcd, playbook):
+    """cluster_status with domains_from: agents, as the evacuation asks it: every
+    record from one read of etcd, nothing asked of libvirt."""
+    cluster = f"s{int(time.time() * 1000) % 10**9}"
+    root = f"/yasco/{cluster}"
+    client = etcd.client()
+    lease = client.grant_lease(60).id
+    client.put_json(f"{root}/hosts/hv1/alive", {"boot_id": "b-now", "ttl": 5}, lease=lease)
+    client.put_json(f"{root}/hosts/hv1/registered", {"ceph_addrs": ["10.1.0.1"]})
+    client.put_json(f"{root}/hosts/hv1/domains/web", {"state": "running"}, lease=lease)
+    client.put_json(f"{root}/hosts/hv2/registered", {"ceph_addrs": ["10.1.0.2"]})
+    client.put_json(f"{root}/hosts/hv3/maintenance", {"by": "operator"})
+    client.put_json(f"{root}/fences/hv2", {"by": "evacuate", "boot_id": "b-old"})
+    client.put_json(f"{root}/vms/web", {"host": "hv1", "state": "running"})
+    client.put_json(f"{root}/vms/db", {"host": "hv2", "state": "running"})
+    client.put_json(f"{root}/ha/disarmed", {"by": "test", "reason": "switch upgrade"})
+    uris = {h: f"qemu+libssh://root@{h}/system" for h in ("hv1", "hv2", "hv3")}
+    run = playbook([{"name": "status", "yasco.cluster.cluster_status": {
+        "endpoints": [etcd.url], "cluster": cluster, "hypervisors": uris,
+        "domains_from": "agents", "events": 0}}])
+    assert run.returncode == 0, run.output
+    status = run.result("status")
+    hosts = {h["name"]: h for h in status["hypervisors"]}
+    assert (hosts["hv1"]["alive"], hosts["hv1"]["boot_id"], hosts["hv1"]["domains"]) == (
+        True, "b-now", ["web"])
+    assert 0 < hosts["hv1"]["lease_ttl"] <= 60
+    assert hosts["hv1"]["registered"] == {"ceph_addrs": ["10.1.0.1"]}
+    assert (hosts["hv2"]["alive"], hosts["hv2"]["fence"]["boot_id"]) == (False, "b-old")
+    assert hosts["hv2"]["libvirt"] == "not alive" and hosts["hv3"]["maintenance"]
+    vms = {v["name"]: v for v in status["vms"]}
+    assert vms["web"]["running_on"] == ["hv1"] and vms["web"]["record"]["host"] == "hv1"
+    assert status["ha_disarmed"]["reason"] == "switch upgrade"
+    assert status["table"].startswith("HA DISARMED by test")
