@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from .conftest import BIN, ROOT, ansible_env, parse_run, playbook_command, write_playbook
+from .conftest import BIN, ROOT, ansible_env, playbook_command, write_playbook
 
 SECRET = "not-in-any-output-7d3f"
 
@@ -43,14 +43,6 @@ def tasks(etcd, auth, prefix: str) -> list[dict]:
     ]
 
 
-def run(directory, task_list, *args: str, on_controller: bool):
-    path = write_playbook(directory, task_list,
-                          vars={"yasco_run_on_controller": on_controller})
-    done = subprocess.run(playbook_command(path, *args), cwd=ROOT, env=ansible_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
-    return done
-
-
 def comparable(result: dict, prefix: str) -> str:
     """A result without what differs between two runs anyway: each run's own key
     prefix, revisions, timing."""
@@ -61,12 +53,12 @@ def comparable(result: dict, prefix: str) -> str:
 
 
 def test_a_task_run_in_the_controllers_process_returns_what_the_module_returns(
-        etcd, etcd_auth, tmp_path):
+        etcd, etcd_auth, playbook):
     runs, prefixes = {}, {True: "/test/in-process/", False: "/test/as-module/"}
     for on_controller, prefix in prefixes.items():
-        done = run(tmp_path, tasks(etcd, etcd_auth, prefix), on_controller=on_controller)
-        assert SECRET not in done.stdout + done.stderr
-        runs[on_controller] = parse_run(done)
+        runs[on_controller] = playbook(tasks(etcd, etcd_auth, prefix),
+                                       vars={"yasco_run_on_controller": on_controller})
+        assert SECRET not in runs[on_controller].output
     here, there = runs[True], runs[False]
     assert here.returncode == there.returncode == 0
     assert len(here.results) == len(there.results) == 8
@@ -86,18 +78,34 @@ def test_a_task_run_in_the_controllers_process_returns_what_the_module_returns(
         False, True]
 
 
+SHIPPED = "AnsiballZ_etcd_key_info.py"  # the module file -vvv names, when there is one
+
+
+def verbose_run(directory, task: dict, interpreter_from_task: bool = False,
+                **play) -> subprocess.CompletedProcess[str]:
+    """Run `task` with -vvv. With `interpreter_from_task`, the task's own Python
+    interpreter counts (as an extra var, playbook_command's would override it)."""
+    path = write_playbook(directory, [task], **play)
+    command = ([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
+                "ansible_connection=local", str(path), "-vvv"] if interpreter_from_task
+               else playbook_command(path, "-vvv"))
+    env = {**ansible_env(), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"}
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def read_task(etcd, **options) -> dict:
+    return {"name": "read", "yasco.cluster.etcd_key_info": {"endpoints": [etcd.url],
+                                                            "key": "/test/shipped"},
+            **options}
+
+
 @pytest.mark.parametrize("on_controller", [True, False])
 def test_only_the_module_path_ships_a_module_to_run(etcd, tmp_path, on_controller):
-    """-vvv names the module file Ansible writes and runs; in the controller's process
-    there is none."""
-    task = {"name": "read", "yasco.cluster.etcd_key_info": {"endpoints": [etcd.url],
-                                                            "key": "/test/shipped"}}
-    path = write_playbook(tmp_path, [task], vars={"yasco_run_on_controller": on_controller})
-    env = {**ansible_env(), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"}
-    done = subprocess.run(playbook_command(path, "-vvv"), cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    """In the controller's process there is no module file to ship."""
+    done = verbose_run(tmp_path, read_task(etcd), vars={"yasco_run_on_controller": on_controller})
     assert done.returncode == 0, done.stdout[-2000:]
-    assert ("AnsiballZ_etcd_key_info.py" in done.stdout) is not on_controller
+    assert (SHIPPED in done.stdout) is not on_controller
 
 
 @pytest.mark.parametrize("task_options", [
@@ -106,13 +114,5 @@ def test_only_the_module_path_ships_a_module_to_run(etcd, tmp_path, on_controlle
     {"vars": {"ansible_python_interpreter": "/usr/bin/python3"}}])
 def test_what_the_controllers_process_cannot_stand_in_for_runs_as_a_module(
         etcd, tmp_path, task_options):
-    task = {"name": "read", "yasco.cluster.etcd_key_info": {"endpoints": [etcd.url],
-                                                            "key": "/test/shipped"},
-            **task_options}
-    path = write_playbook(tmp_path, [task])
-    env = {**ansible_env(), "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"}
-    # Not playbook_command: its interpreter, an extra var, would override the task's.
-    done = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-e",
-                           "ansible_connection=local", str(path), "-vvv"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert "AnsiballZ_etcd_key_info.py" in done.stdout, done.stdout[-2000:]
+    done = verbose_run(tmp_path, read_task(etcd, **task_options), interpreter_from_task=True)
+    assert SHIPPED in done.stdout, done.stdout[-2000:]

@@ -14,9 +14,9 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -190,8 +190,7 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     assert [r for r in results if r.get("changed")] == []
     assert len(history(lab, "evacuated", ha_vms)) == 2
     last_seq = {n: writers(n)[-1] for n in ha_vms}
-    yasco_lab("boot", "hv1")
-    wait_for("hv1 registered again", lambda: "hv1" not in down_hosts(lab), 60, every=0.5)
+    boot_until_registered(lab, "hv1")
     # The watcher brings everything home once hv1 has stayed up for the hold-down.
     wait_until_home(lab, ha, "hv1")
     for name in ha_vms:
@@ -228,6 +227,18 @@ def down_hosts(lab) -> set[str]:
                  for kv in etcd.get_prefix(etcd_keys.hosts_prefix(cluster=layout.CLUSTER_NAME))
                  if kv.key.endswith("/alive")}
     return {h["name"] for h in lab["hosts"]} - alive
+
+
+def boot_until_registered(lab, host: str) -> float:
+    """Boot `host` and wait for its agent to register; the monotonic time it did,
+    which comes before the boot command returns."""
+    with ThreadPoolExecutor(1) as pool:
+        booting = pool.submit(yasco_lab, "boot", host)
+        wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60,
+                 every=0.2)
+        registered = time.monotonic()
+        booting.result()  # a boot that failed fails the test
+    return registered
 
 
 def test_killing_the_etcd_leader_evacuates_nothing(lab, ha):
@@ -302,8 +313,7 @@ def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(l
     wait_until_recorded_running(lab, {n: claimed[n]["host"] for n in moving})
     for n in moving:
         assert records(lab)[n] == {"host": claimed[n]["host"], "state": "running"}
-    yasco_lab("boot", host)
-    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    boot_until_registered(lab, host)
     wait_until_home(lab, ha, host)
 
 
@@ -363,8 +373,7 @@ def test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again(lab, ha):
              lambda: all(running(lab).get(n) == [targets[n]] for n in ha_vms),
              EVACUATE, every=0.5, check=no_vm_twice(lab))
     wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
-    yasco_lab("boot", host)
-    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    boot_until_registered(lab, host)
     wait_until_home(lab, ha, host)
 
 
@@ -372,17 +381,6 @@ def test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again(lab, ha):
 # host's etcd member is healthy, which can take 10 s after its agent registered, and
 # the host must fail again inside the hold-down counted from that registration.
 FLAP_HOLD_DOWN = 30
-
-
-def boot_timing_registration(lab, host: str) -> float:
-    """Boot `host`; the monotonic time its agent registered, which comes before the
-    boot command returns."""
-    booting = threading.Thread(target=yasco_lab, args=("boot", host))
-    booting.start()
-    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.2)
-    registered = time.monotonic()
-    booting.join()
-    return registered
 
 
 def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_evacuated(
@@ -410,7 +408,7 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
     wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
     unfenced = len(history(lab, "unfenced"))
 
-    registered = boot_timing_registration(lab, host)
+    registered = boot_until_registered(lab, host)
     assert time.monotonic() - registered < FLAP_HOLD_DOWN - 5, (
         f"booting {host} took too long to fail again inside the hold-down")
     yasco_lab("crash", host)
@@ -435,8 +433,7 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
         records(lab).get(n) == {"host": running(lab)[n][0], "state": "running"}
         for n in ha_vms), EVACUATE, every=1, check=no_vm_twice(lab))
 
-    yasco_lab("boot", host)
-    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    boot_until_registered(lab, host)
     wait_until_home(lab, ha, host)
     for name in ha_vms:
         assert_writers_follow_each_other(name)

@@ -535,8 +535,8 @@ class Watcher:
         quiet = []
         for key in list(self.seen):
             parsed = self._host_record(key)
-            if parsed is not None and parsed.kind == "alive" and self._missed_beat(key) in (
-                    None, True):
+            if parsed is not None and parsed.kind == "alive" and (
+                    self._missed_beat(key) is not False):
                 quiet.append(parsed.host)
         return quiet
 
