@@ -47,6 +47,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # 
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient  # noqa: E402
 from provision import lab_inventory, lab_status  # noqa: E402
 from yasco_lab import hypervisor, layout, storage  # noqa: E402
+from yasco_lab.credentials import etcd_client  # noqa: E402
 
 CLUSTER = layout.CLUSTER_NAME
 
@@ -214,7 +215,7 @@ def main() -> None:
                                    start_new_session=True)
         time.sleep(8)
         try:
-            with EtcdClient(lab["etcd_endpoints"]) as etcd:
+            with etcd_client(lab["etcd_endpoints"]) as etcd:
                 # The modes take turns, so that both see the same machine.
                 for index in range(args.runs * len(MODES)):
                     mode = list(MODES)[index % len(MODES)]

@@ -28,7 +28,7 @@ BIN = ROOT / ".venv" / "bin"
 sys.path.insert(0, str(ROOT / "collections"))
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient  # noqa: E402
+from yasco_lab.credentials import etcd_client  # noqa: E402
 
 
 def lab_status() -> dict:
@@ -92,7 +92,7 @@ def remove_all(lab: dict, names: list[str]) -> None:
                     dom.destroy()
                 dom.undefine()
         conn.close()
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         for name in names:
             etcd.delete(etcd_keys.vm_key(name, cluster="lab"))
     with storage.pool() as ioctx:

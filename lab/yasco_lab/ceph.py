@@ -2,8 +2,8 @@
 
 memstore keeps objects in RAM, so the cluster starts in seconds and needs no disk;
 it lives in its own network namespace so that partitioning a hypervisor also cuts
-it off from storage. cephx is on, as in production: the controller uses
-client.admin, the hypervisors a `profile rbd` user confined to the VM pool.
+it off from storage. cephx is on, as in production, with a user per role
+(CEPH_CAPS). Only the lab itself uses client.admin, to build the cluster.
 """
 
 from __future__ import annotations
@@ -15,12 +15,26 @@ import uuid
 from pathlib import Path
 
 from .errors import LabError
-from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL, ceph_address,
-                     ceph_admin_keyring_path, ceph_conf_path, ceph_dir,
-                     ceph_hypervisor_keyring_path)
+from .layout import (CEPH_FENCE_CLIENT, CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL,
+                     CEPH_PROVISION_CLIENT, ceph_address, ceph_admin_keyring_path,
+                     ceph_conf_path, ceph_dir, ceph_keyring_path)
 from .node import Node
 
 MEMSTORE_BYTES = 1 << 30
+
+# What each cephx user may do. The hypervisors' QEMU and the provisioning read the
+# maps and use images in the VM pool, nothing more: `mon 'profile rbd'` would also let
+# them blocklist (a whole host's address, even), which only the fencer may. So a
+# hypervisor cannot take over the disk lock of a client that died holding it; the
+# evacuation's fencer breaks such locks, after blocklisting the dead client's host.
+_RBD_POOL = f"profile rbd pool={CEPH_POOL}"
+CEPH_CAPS = {
+    CEPH_HYPERVISOR_CLIENT: ("mon", "allow r", "osd", _RBD_POOL),
+    CEPH_PROVISION_CLIENT: ("mon", "allow r", "osd", _RBD_POOL),
+    # Blocklist entries (add, rm, ls), and breaking the fenced clients' image locks.
+    CEPH_FENCE_CLIENT: ("mon", 'allow r, allow command "osd blocklist", '
+                               'allow command "osd blocklist ls"', "osd", _RBD_POOL),
+}
 PG_NUM = 8
 
 
@@ -154,11 +168,11 @@ class CephBootstrap:
         self.ceph("osd", "pool", "create", CEPH_POOL, str(PG_NUM))
         self.ceph("osd", "pool", "set", CEPH_POOL, "size", "1", "--yes-i-really-mean-it")
         self._tool("rbd", "-c", str(ceph_conf_path()), "pool", "init", CEPH_POOL)
-        keyring = self.ceph("auth", "get-or-create", f"client.{CEPH_HYPERVISOR_CLIENT}",
-                            "mon", "profile rbd", "osd", f"profile rbd pool={CEPH_POOL}")
-        path = ceph_hypervisor_keyring_path()
-        path.write_text(keyring)
-        path.chmod(0o600)
+        for client, caps in CEPH_CAPS.items():
+            path = ceph_keyring_path(client)
+            path.touch(mode=0o600)
+            path.chmod(0o600)
+            path.write_text(self.ceph("auth", "get-or-create", f"client.{client}", *caps))
 
     def ceph(self, *args: str, timeout: float = 30) -> str:
         return ceph_cli(*args, timeout=timeout)

@@ -1,18 +1,28 @@
 """The lab's etcd cluster: one member per hypervisor, as when etcd runs on each node.
 
 A member's data directory lives with its host's disk, so a crashed host's member
-rejoins with its data on `boot`, and a partitioned member loses quorum alone.
+rejoins with its data on `boot`, and a partitioned member loses quorum alone. Client
+and peer ports speak TLS and require a certificate from the lab's CA, and
+authentication is on, with YASCO's roles (credentials.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import ssl
+import subprocess
 import time
 import urllib.error
 import urllib.request
 
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
+
+from . import credentials
 from .errors import LabError
 from .layout import CLUSTER_NAME, HostLayout
+
+ETCDCTL = "/usr/bin/etcdctl"
 
 # Lab network latency is sub-millisecond; these keep failure detection quick while
 # leaving room for a loaded 2-core machine (election timeout 10x the heartbeat).
@@ -24,11 +34,13 @@ def member_command(host: HostLayout, cluster: list[HostLayout]) -> list[str]:
     """The etcd command line of `host`'s member. On a restart with existing data, etcd
     ignores the --initial-* flags and rejoins with the identity it has on disk."""
     initial = ",".join(f"{h.name}={h.etcd_peer_url}" for h in cluster)
+    member = credentials.etcd_member(host)
+    ca = str(credentials.ca().cert)
     return [
         "etcd",
         "--name", host.name,
         "--data-dir", str(host.root / "etcd"),
-        "--listen-client-urls", f"{host.etcd_client_url},http://127.0.0.1:2379",
+        "--listen-client-urls", host.etcd_client_url,
         "--advertise-client-urls", host.etcd_client_url,
         "--listen-peer-urls", host.etcd_peer_url,
         "--initial-advertise-peer-urls", host.etcd_peer_url,
@@ -38,13 +50,26 @@ def member_command(host: HostLayout, cluster: list[HostLayout]) -> list[str]:
         "--heartbeat-interval", str(HEARTBEAT_MS),
         "--election-timeout", str(ELECTION_TIMEOUT_MS),
         "--logger", "zap",
+        "--cert-file", str(member.cert), "--key-file", str(member.key),
+        "--client-cert-auth", "--trusted-ca-file", ca,
+        "--peer-cert-file", str(member.cert), "--peer-key-file", str(member.key),
+        "--peer-client-cert-auth", "--peer-trusted-ca-file", ca,
     ]
+
+
+def tls_context() -> ssl.SSLContext:
+    """What the lab's own requests to etcd present: root's client certificate."""
+    context = ssl.create_default_context(cafile=str(credentials.ca().cert))
+    root = credentials.EtcdUser(credentials.ROOT_USER).certificate
+    context.load_cert_chain(str(root.cert), str(root.key))
+    return context
 
 
 def endpoint_health(client_url: str, timeout: float = 1.0) -> bool:
     """True when the member at `client_url` answers /health with health true."""
     try:
-        with urllib.request.urlopen(f"{client_url}/health", timeout=timeout) as reply:
+        with urllib.request.urlopen(f"{client_url}/health", timeout=timeout,
+                                    context=tls_context()) as reply:
             return json.loads(reply.read()).get("health") == "true"
     except (OSError, ValueError, urllib.error.URLError):
         return False
@@ -61,3 +86,42 @@ def wait_healthy(hosts: list[HostLayout], timeout: float) -> None:
     names = ", ".join(h.name for h in pending)
     raise LabError(f"etcd members on {names} not healthy within {timeout:.0f} s; "
                    f"see {pending[0].root / 'log' / 'etcd.log'}")
+
+
+def users(hosts: list[HostLayout]) -> list[str]:
+    """The etcd users of a lab of `hosts`, besides root."""
+    return list(etcd_access.roles([h.name for h in hosts], CLUSTER_NAME))
+
+
+def enable_access(hosts: list[HostLayout]) -> None:
+    """Create YASCO's roles and users, each with its password, then turn
+    authentication on: from then on every request needs a user."""
+    root = credentials.EtcdUser(credentials.ROOT_USER)
+    _etcdctl(hosts, "user", "add", f"{root.name}:{root.password()}",
+             "--interactive=false", secret=root.password())
+    _etcdctl(hosts, "user", "grant-role", root.name, "root")
+    for command in etcd_access.etcdctl_commands([h.name for h in hosts], CLUSTER_NAME):
+        if command[:2] == ["user", "add"]:
+            user = credentials.EtcdUser(command[2])
+            _etcdctl(hosts, "user", "add", f"{user.name}:{user.password()}",
+                     "--interactive=false", secret=user.password())
+        else:
+            _etcdctl(hosts, *command)
+    _etcdctl(hosts, "auth", "enable")
+
+
+def _etcdctl(hosts: list[HostLayout], *args: str, secret: str | None = None) -> None:
+    """etcdctl as root's certificate (before authentication is on, no user is needed).
+    A password among `args` is `secret`: it never reaches an error message."""
+    root = credentials.EtcdUser(credentials.ROOT_USER).certificate
+    command = [ETCDCTL, "--endpoints", ",".join(h.etcd_client_url for h in hosts),
+               "--cacert", str(credentials.ca().cert), "--cert", str(root.cert),
+               "--key", str(root.key), *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False,
+                          env={**os.environ, "ETCDCTL_API": "3"})
+    if done.returncode != 0:
+        shown = " ".join(args)
+        output = (done.stderr or done.stdout).strip()[-300:]
+        if secret:
+            shown, output = shown.replace(secret, "********"), output.replace(secret, "********")
+        raise LabError(f"etcd: `etcdctl {shown}` failed: {output}")

@@ -16,7 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from . import etcd
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
+
+from . import credentials, etcd
 from .ceph import client_conf, secret_key
 from .errors import LabError
 from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
@@ -89,8 +91,25 @@ namespaces = [ ]
 migration_address = "{host.address}"
 migration_host = "{host.address}"
 stdio_handler = "file"
+# Live migrations run over TLS only, each end checking the other's certificate.
+migrate_tls_x509_cert_dir = "/etc/libvirt/pki/qemu"
+migrate_tls_x509_verify = 1
+migrate_tls_force = 1
 """)
+    _install_migration_certificates(host, etc / "pki" / "qemu")
     (etc / "virtlogd.conf").write_text('log_outputs = "3:file:/var/log/libvirt/virtlogd.log"\n')
+
+
+def _install_migration_certificates(host: HostLayout, directory: Path) -> None:
+    """QEMU's TLS files, by the names it looks for: the host's certificate serves
+    incoming migrations and identifies it on outgoing ones."""
+    directory.mkdir(parents=True, exist_ok=True)
+    mine = credentials.qemu_certificate(host)
+    for source, name in ((credentials.ca().cert, "ca-cert.pem"),
+                         (mine.cert, "server-cert.pem"), (mine.key, "server-key.pem"),
+                         (mine.cert, "client-cert.pem"), (mine.key, "client-key.pem")):
+        shutil.copyfile(source, directory / name)
+        (directory / name).chmod(0o600 if name.endswith("key.pem") else 0o644)
 
 
 def _write_ceph_conf(host: HostLayout, fsid: str) -> None:
@@ -200,10 +219,14 @@ def agent_service_commands(host: HostLayout) -> dict[str, str]:
 def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     """Write the host's agent configuration and start the agent (not waiting)."""
     others = [h.etcd_client_url for h in cluster if h.name != host.name]
-    config = {"host": host.name, "cluster": CLUSTER_NAME,
-              "endpoints": [host.etcd_client_url, *others], "ttl": AGENT_TTL,
-              "margin": AGENT_MARGIN, "address": host.address, "ceph_addrs": [host.address]}
-    agent_config_path(host).write_text(json.dumps(config, indent=2) + "\n")
+    user = credentials.EtcdUser(etcd_access.agent_role(host.name))
+    config = {"host": host.name, "cluster": CLUSTER_NAME, "ttl": AGENT_TTL,
+              "margin": AGENT_MARGIN, "address": host.address, "ceph_addrs": [host.address],
+              **user.options([host.etcd_client_url, *others])}
+    path = agent_config_path(host)
+    path.touch(mode=0o600)
+    path.chmod(0o600)  # it holds the agent's etcd password
+    path.write_text(json.dumps(config, indent=2) + "\n")
     node.start_daemon(*_agent_command(host), log=agent_log_path(host))
 
 

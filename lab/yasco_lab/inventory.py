@@ -6,10 +6,13 @@ from pathlib import Path
 
 import yaml
 
-from . import hypervisor
-from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL, CEPH_SECRET_UUID,
-                     CLUSTER_NAME, HostLayout, ceph_address, ceph_admin_keyring_path,
-                     ceph_conf_path, inventory_dir, known_hosts_path, ssh_key_path)
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
+
+from . import credentials, hypervisor
+from .layout import (CEPH_FENCE_CLIENT, CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL,
+                     CEPH_PROVISION_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
+                     ceph_address, ceph_conf_path, ceph_keyring_path, inventory_dir,
+                     known_hosts_path, ssh_key_path)
 
 # What the lab tells the planner each host offers. The lab's VMs are canaries of
 # 128 MiB, so these are small on purpose: a plan must fit the real machine.
@@ -19,6 +22,19 @@ HOST_RESERVED = {"vcpus": 0, "memory_mb": 128}
 # directory, and Ansible reads a group's directory or its .yml file, never both.
 GENERATED_FILES = ("hosts.yml", "group_vars/all/lab.yml")
 HEADER = "# Written by `yasco-lab up`, removed by `yasco-lab down`: do not edit.\n"
+
+
+def _password(user: credentials.EtcdUser) -> str:
+    """The password as a lookup of its 0600 file: the inventory holds no secret."""
+    return f"{{{{ lookup('ansible.builtin.file', '{user.password_file}') }}}}"
+
+
+def _etcd_vars(prefix: str, user: credentials.EtcdUser, *, with_ca: bool = True) -> dict:
+    """The inventory variables of one etcd user's credentials, named `prefix`_..."""
+    found = {f"{prefix}_ca_cert": str(credentials.ca().cert)} if with_ca else {}
+    return {**found, f"{prefix}_client_cert": str(user.certificate.cert),
+            f"{prefix}_client_key": str(user.certificate.key),
+            f"{prefix}_username": user.name, f"{prefix}_password": _password(user)}
 
 
 def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Path:
@@ -34,6 +50,8 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
             # No systemd in the lab: how drain and undrain stop and start the agent.
             "yasco_agent_start_command": hypervisor.agent_service_commands(h)["start"],
             "yasco_agent_stop_command": hypervisor.agent_service_commands(h)["stop"],
+            # What yasco.cluster.agent gives the host's agent (the lab starts it itself).
+            **_etcd_vars("agent", credentials.EtcdUser(etcd_access.agent_role(h.name))),
         } for h in hosts},
         "vars": {
             "ansible_user": "root",
@@ -46,9 +64,18 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
     group_vars = {
         "yasco_cluster_name": CLUSTER_NAME,
         "yasco_etcd_endpoints": [h.etcd_client_url for h in hosts],
+        # The playbooks as the controller, status.yml as the reader, and the HA
+        # watcher's own source as the watcher.
+        **_etcd_vars("yasco_etcd", credentials.EtcdUser(etcd_access.CONTROLLER_ROLE)),
+        **_etcd_vars("yasco_etcd_watcher", credentials.EtcdUser(etcd_access.WATCHER_ROLE),
+                     with_ca=False),
+        **_etcd_vars("yasco_etcd_reader", credentials.EtcdUser(etcd_access.READER_ROLE),
+                     with_ca=False),
         "yasco_ceph_conf": str(ceph_conf_path()),
-        "yasco_ceph_keyring": str(ceph_admin_keyring_path()),
-        "yasco_ceph_client": "admin",
+        "yasco_ceph_client": CEPH_PROVISION_CLIENT,
+        "yasco_ceph_keyring": str(ceph_keyring_path(CEPH_PROVISION_CLIENT)),
+        "yasco_ceph_fence_client": CEPH_FENCE_CLIENT,
+        "yasco_ceph_fence_keyring": str(ceph_keyring_path(CEPH_FENCE_CLIENT)),
         "yasco_ceph_hypervisor_client": CEPH_HYPERVISOR_CLIENT,
         "yasco_ceph_secret_uuid": CEPH_SECRET_UUID,
         "yasco_ceph_pool": CEPH_POOL,

@@ -15,11 +15,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import canary, ceph, etcd, hypervisor, inventory, network, node, sshkeys
+from . import (canary, ceph, credentials, etcd, hypervisor, inventory, network, node,
+               sshkeys)
 from .errors import LabError
 from .layout import (BRIDGE, CEPH_POOL, MAX_HOSTS, PREFIX_LEN, HostLayout, ceph_address,
                      ceph_admin_keyring_path, ceph_conf_path, canary_dir, ceph_dir,
-                     host_names, inventory_dir, ssh_key_path, state_dir,
+                     host_names, inventory_dir, pki_dir, ssh_key_path, state_dir,
                      state_file, veth_name)
 
 CEPH_NODE = "ceph"
@@ -146,7 +147,7 @@ def up(count: int, log: Log = print) -> LabState:
                            "run `yasco-lab down` first")
         started = time.monotonic()
         _teardown(LabState.load())  # a failed `up` or a crashed controller left this behind
-        for stale in (state_dir() / "hosts", ceph_dir(), state_file()):
+        for stale in (state_dir() / "hosts", ceph_dir(), pki_dir(), state_file()):
             if stale.is_dir():
                 shutil.rmtree(stale)
             else:
@@ -173,6 +174,7 @@ def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
         # overlap it with the cluster's bootstrap.
         probe = pool.submit(_virt_type, image)
         sshkeys.ensure_keys(hosts)
+        credentials.make(hosts, etcd.users(hosts))
         log("starting Ceph (monitor and memstore OSD)")
         ceph_node = node.spawn(CEPH_NODE, ceph_dir() / "node.log")
         state = LabState(hosts=[h.name for h in hosts], virt_type="", ceph_fsid="",
@@ -188,6 +190,7 @@ def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
         for host in hosts:
             nodes[host.name] = _start_host(host, hosts, state)
         etcd.wait_healthy(hosts, timeout=60)
+        etcd.enable_access(hosts)
         for host in hosts:
             hypervisor.wait_ready(nodes[host.name], host, timeout=60)
         state.virt_type = probe.result()

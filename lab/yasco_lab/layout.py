@@ -16,7 +16,10 @@ PREFIX_LEN = SUBNET.prefixlen
 MAX_HOSTS = 9
 CLUSTER_NAME = "lab"
 CEPH_POOL = "yasco"
+# cephx users, one per role (ceph.py gives each its capabilities).
 CEPH_HYPERVISOR_CLIENT = "hypervisor"
+CEPH_PROVISION_CLIENT = "yasco-provision"
+CEPH_FENCE_CLIENT = "yasco-fence"
 # Fixed so that every hypervisor's libvirt secret and every domain XML agree.
 CEPH_SECRET_UUID = "5b3f0a6e-7a1c-4e0b-9d53-1f2ad0c0ffee"
 ETCD_CLIENT_PORT = 2379
@@ -92,11 +95,11 @@ class HostLayout:
 
     @property
     def etcd_client_url(self) -> str:
-        return f"http://{self.address}:{ETCD_CLIENT_PORT}"
+        return f"https://{self.address}:{ETCD_CLIENT_PORT}"
 
     @property
     def etcd_peer_url(self) -> str:
-        return f"http://{self.address}:{ETCD_PEER_PORT}"
+        return f"https://{self.address}:{ETCD_PEER_PORT}"
 
     def libvirt_uri(self) -> str:
         """A URI that reaches this host's libvirtd from the controller, over SSH.
@@ -130,12 +133,22 @@ def ceph_conf_path() -> Path:
     return ceph_dir() / "ceph.conf"
 
 
+def ceph_keyring_path(client: str) -> Path:
+    """The keyring of cephx user client.`client` (0600)."""
+    return ceph_dir() / f"ceph.client.{client}.keyring"
+
+
 def ceph_admin_keyring_path() -> Path:
-    return ceph_dir() / "ceph.client.admin.keyring"
+    return ceph_keyring_path("admin")
 
 
 def ceph_hypervisor_keyring_path() -> Path:
-    return ceph_dir() / f"ceph.client.{CEPH_HYPERVISOR_CLIENT}.keyring"
+    return ceph_keyring_path(CEPH_HYPERVISOR_CLIENT)
+
+
+def pki_dir() -> Path:
+    """The lab's CA, certificates, keys and etcd passwords (credentials.py)."""
+    return state_dir() / "pki"
 
 
 def canary_dir() -> Path:

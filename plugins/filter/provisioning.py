@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.drain import (
     DrainError, plan as drain)
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
@@ -139,6 +139,14 @@ def batch_errors(result):
     return [result.get("msg", "failed")] if (result or {}).get("failed") else []
 
 
+def etcd_access_commands(hosts, cluster=etcd_keys.DEFAULT_CLUSTER):
+    """The etcdctl commands that create YASCO's etcd roles and users for `hosts`."""
+    try:
+        return etcd_access.as_script(list(hosts), cluster).splitlines()
+    except ValueError as err:
+        raise AnsibleFilterError(f"etcd_access_commands: {err}") from err
+
+
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
@@ -148,4 +156,5 @@ class FilterModule:
                 "rebalance_settled": rebalance_settled,
                 "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
                 "host_key": host_key, "ha_disarmed_key": ha_disarmed_key,
-                "batch_succeeded": batch_succeeded, "batch_errors": batch_errors}
+                "batch_succeeded": batch_succeeded, "batch_errors": batch_errors,
+                "etcd_access_commands": etcd_access_commands}

@@ -9,19 +9,24 @@ and says what to do.
 
 Fencing, and why it is safe: a blocklist entry makes every OSD reject the listed
 client, so a QEMU on a host that is cut off but still running can no longer write to
-its disks. Only once the OSDs have the OSD map that carries the entry is that true,
-so `fence` waits for every up OSD to have it before it returns; only then are the
-images' locks broken and may another host open them.
+its disks. An OSD enforces it once it has the OSD map that carries the entry, and an
+OSD catches up to the map epoch a request carries before it serves the request. So
+once the fencer's own client has that map, its lock break, and every request of a
+QEMU started afterwards (which connects with the newest map), reach OSDs that
+enforce the fence: whatever the fenced client wrote before is ordered before them,
+and nothing it sends after is served. This is the epoch barrier CephFS relies on, and
+it needs no right to command the OSDs: the fencer may blocklist and use the VM pool,
+nothing more.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import json
 import math
 import re
-import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -100,7 +105,7 @@ class Cluster:
     def fencing(self) -> None:
         """Images opened from now on break locks without blocklisting their owners
         (librbd's default, a map change per lock): for a caller that has blocklisted
-        them already, and waited for the OSDs."""
+        them already, and has the map that carries the entries."""
         self.rados.conf_set("rbd_blocklist_on_break_lock", "false")
 
     def __enter__(self) -> Cluster:
@@ -117,6 +122,10 @@ class Cluster:
             code, out, status = self.rados.mon_command(command, b"", timeout=int(self.timeout))
         except rados.Error as err:
             raise CephError(f"{self.where}: '{prefix}' failed: {err}") from err
+        if code == -errno.EACCES:
+            raise CephError(f"{self.where}: '{prefix}' refused: the user lacks the capability; "
+                            "use a user that has it (fencing: yasco_ceph_fence_client, see "
+                            "docs/security.md)")
         if code != 0:
             raise CephError(f"{self.where}: '{prefix}' failed: {status.strip()} ({code})")
         values = _json_values(out.decode() if isinstance(out, bytes) else out)
@@ -154,33 +163,15 @@ class Cluster:
     def blocklist_remove(self, address: str) -> None:
         self.mon("osd blocklist", blocklistop="rm", addr=address)
 
-    def osdmap_epoch(self) -> int:
-        return int(self.mon("osd dump")["epoch"])
-
-    def wait_for_osds(self, epoch: int, timeout: float) -> None:
-        """Return once every up OSD has OSD map `epoch` or newer."""
-        deadline = time.monotonic() + timeout
-        dump = self.mon("osd dump")
-        up = [osd["osd"] for osd in dump["osds"] if osd.get("up")]
-        waiting = set(up)
-        while waiting:
-            for osd in sorted(waiting):
-                try:
-                    code, out, dummy = self.rados.osd_command(
-                        osd, json.dumps({"prefix": "status", "format": "json"}), b"",
-                        timeout=int(self.timeout))
-                except rados.Error:
-                    continue
-                if code == 0 and int(json.loads(out).get("newest_map", 0)) >= epoch:
-                    waiting.discard(osd)
-            if not waiting:
-                return
-            if time.monotonic() > deadline:
-                raise CephError(
-                    f"OSDs {', '.join(f'osd.{o}' for o in sorted(waiting))} do not have OSD "
-                    f"map {epoch} (with the blocklist) after {timeout:g} s: the fence is not "
-                    "known to be in effect; check those OSDs")
-            time.sleep(0.2)
+    def wait_for_latest_map(self) -> None:
+        """Return once this client has the newest OSD map, and with it every blocklist
+        entry added before (the module's docstring says why that is the fence)."""
+        try:
+            self.rados.wait_for_latest_osdmap()
+        except rados.Error as err:
+            raise CephError(f"{self.where}: the newest OSD map did not arrive ({err}): the "
+                            "fence is not known to be in effect; check the monitors, then "
+                            "run again") from err
 
     # -- images ------------------------------------------------------------------
 

@@ -4,7 +4,8 @@
 """Fence a host's or a client's storage access, lift a fence, or list fences.
 
 Fencing is the step that makes starting a VM elsewhere safe, so its order is fixed:
-blocklist the addresses, wait until every up OSD enforces the blocklist, and only
+blocklist the addresses, wait until this client has the OSD map that carries the
+entries (from then on, every OSD it or a new QEMU reaches enforces them), and only
 then break the images' locks. It reports exactly what it added and broke, so the
 caller can record it and undo it.
 """
@@ -58,12 +59,12 @@ class FenceRun:
 
     def fence(self, cluster, entries: list[str], images: list[tuple], before: dict[str, str],
               result: dict[str, Any]) -> None:
-        """Blocklist the addresses in one round; once every up OSD enforces it, break
-        the images' locks that fenced clients hold. A lock held by a client the fence
-        does not cover is kept: that client is alive elsewhere (a VM started by a
-        concurrent run), and breaking its lock would hand its disk to a second writer.
-        An image that does not exist has no lock to break; it is reported, not an
-        error, so that one lost disk does not keep the other VMs from starting."""
+        """Blocklist the addresses in one round; once the OSDs that serve the images
+        enforce it, break the images' locks that fenced clients hold. A lock held by a
+        client the fence does not cover is kept: that client is alive elsewhere (a VM
+        started by a concurrent run), and breaking its lock would hand its disk to a
+        second writer. An image that does not exist has no lock to break; it is
+        reported, not an error, so that one lost disk does not keep the other VMs from starting."""
         adding = [entry for entry in entries if entry not in before]
         for entry in adding:
             self.actions.append(f"blocklist {entry}")
@@ -71,7 +72,7 @@ class FenceRun:
         if not self.check_mode and entries:
             cluster.blocklist_add_all(adding, self.params["expire"])
             # Present is not enough: the OSDs must have the map that lists it.
-            cluster.wait_for_osds(cluster.osdmap_epoch(), self.params["wait_timeout"])
+            cluster.wait_for_latest_map()
         fenced = set(entries) | set(before)
         for pool, name, dummy in images:
             with cluster.opened(pool, name) as (dummy2, image):

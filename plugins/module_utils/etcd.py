@@ -67,6 +67,9 @@ _NO_USER = "user name is empty"
 _BAD_PASSWORD = "authentication failed"
 _AUTH_DISABLED = "authentication is not enabled"
 _DENIED = "permission denied"
+# What etcd's gateway answers, in plain text, to a client certificate with a common
+# name while authentication is on: it would not be used as the user.
+_CN_REFUSED = "CommonName of client sending a request against gateway"
 _NO_LEASE = "requested lease not found"
 
 
@@ -264,9 +267,31 @@ def _causes(err: BaseException) -> Iterator[BaseException]:
         todo.extend(item for item in linked if isinstance(item, BaseException))
 
 
-def _connect_failure(endpoint: str, err: BaseException) -> _Failure | None:
+def _client_certificate_problem(cert: str | tuple[str, str] | None) -> str:
+    """What is wrong with our client certificate that the server may have refused, as
+    far as can be seen here (its dates), or ''. A server's TLS alert does not say why."""
+    path = cert[0] if isinstance(cert, tuple) else cert
+    if not path:
+        return ": no client certificate was given (client_cert)"
+    try:
+        from cryptography import x509  # pylint: disable=import-outside-toplevel
+        with open(path, "rb") as stream:
+            certificate = x509.load_pem_x509_certificate(stream.read())
+        now = time.time()
+        if certificate.not_valid_after_utc.timestamp() < now:
+            return f": the client certificate {path} expired on {certificate.not_valid_after_utc}"
+        if certificate.not_valid_before_utc.timestamp() > now:
+            return (f": the client certificate {path} is not valid before "
+                    f"{certificate.not_valid_before_utc}")
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass  # without the cryptography library (or an older one), the alert says enough
+    return ""
+
+
+def _connect_failure(endpoint: str, err: BaseException,
+                     cert: str | tuple[str, str] | None = None) -> _Failure | None:
     """Why the connection itself failed, or None when it was made (the request may
-    then have reached etcd)."""
+    then have reached etcd). `cert` is the client certificate presented, if any."""
     causes = list(_causes(err))
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
@@ -276,6 +301,8 @@ def _connect_failure(endpoint: str, err: BaseException) -> _Failure | None:
         if isinstance(cause, ssl.SSLError):
             detail = (cause.reason.replace("_", " ").lower() if cause.reason
                       else re.sub(r"\s*\(_ssl\.c:\d+\)", "", str(cause)))
+            if "alert" in detail:  # the server refused what we presented
+                detail += _client_certificate_problem(cert)
             return _Failure(endpoint, f"TLS handshake failed: {detail}", _TLS_ADVICE)
     # urllib3 makes a refused connection a kind of connect timeout: look at it first.
     for cause in causes:
@@ -667,9 +694,10 @@ class EtcdClient:
             return self._post(member, path, payload)
         except gateway_errors.Etcd3Exception as err:
             text = _error_text(err) or ""
-            if not text.startswith(_BAD_TOKEN) or not self.username:
+            if not text.startswith((*_BAD_TOKEN, _NO_USER)) or not self.username:
                 raise self._refusal(member, action, text, lease) from None
-        # The token expired or auth changed since it was issued: authenticate again, once.
+        # The token expired, auth changed since it was issued, or auth was turned on
+        # since this client found it off: authenticate again, once.
         self._authenticate(member)
         try:
             return self._post(member, path, payload)
@@ -683,7 +711,7 @@ class EtcdClient:
             return member.post(path, payload)
         except (gateway_errors.ConnectionFailedError,
                 gateway_errors.ConnectionTimeoutError) as err:
-            failure = _connect_failure(member.url, err)
+            failure = _connect_failure(member.url, err, member.session.cert)
             if failure is not None:
                 raise _Unavailable(failure) from None
             if (isinstance(err, gateway_errors.ConnectionFailedError)
@@ -699,6 +727,12 @@ class EtcdClient:
         except gateway_errors.Etcd3Exception as err:
             if _error_text(err) is None:
                 answer = " ".join(str(arg) for arg in err.args) or "an unexpected answer"
+                if _CN_REFUSED in f"{answer} {getattr(err, 'detail_text', '')}":
+                    raise _Unavailable(_Failure(
+                        member.url, "the client certificate has a common name (CN), which "
+                        "etcd's gateway refuses while authentication is on",
+                        "issue client_cert (yasco_etcd_client_cert) without a CN: the user "
+                        "is username and password")) from None
                 raise _Unavailable(_Failure(member.url, f"not etcd's gateway (answered "
                                             f"{answer})", _REACH_ADVICE)) from None
             raise

@@ -13,6 +13,8 @@ writes each key, which are bound to a lease and which change only by compare-and
     vms/<vm>                      where a VM is and in what state (compare-and-swap only)
     fences/<host>                 the host was fenced
     vdm/version                   the version of the VDM applied
+    ha/disarmed                   automatic evacuation is paused
+    watchers/leader               the HA watcher that leads (bound to its lease)
     history/<20-digit number>     append-only events, in order
 
 Pure Python, no I/O: the modules, the inventory plugin, the agent and the event
@@ -109,6 +111,11 @@ def vdm_version_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
 def disarmed_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
     """Present while automatic evacuation is paused cluster-wide (playbooks/disarm.yml)."""
     return f"{cluster_prefix(cluster)}ha/disarmed"
+
+
+def watchers_leader_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    """Held by the HA watcher that leads, under its lease."""
+    return f"{cluster_prefix(cluster)}watchers/leader"
 
 
 def history_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:

@@ -417,11 +417,38 @@ def set_autostart(dom, autostart: bool) -> bool:
     return True
 
 
-def migrate_live(dom, target_conn, timeout: float) -> Any:
-    """Live-migrate `dom` to `target_conn`, persistent there and undefined here; abort
-    the job if it has not finished within `timeout`."""
+# A live migration that fails while the source keeps running is tried once more:
+# libvirt has aborted it cleanly, and a stream can break on a loaded host (on the lab,
+# QEMU 7.2 once reported an I/O error on its TLS channel, with several at once).
+MIGRATION_ATTEMPTS = 2
+
+
+def migrate_live(dom, target_conn, timeout: float, tls: bool = True) -> Any:
+    """Live-migrate `dom` to `target_conn`, persistent there and undefined here, over
+    QEMU's TLS unless `tls` is false; abort the job if it has not finished within
+    `timeout`. A failed attempt is retried once while the domain still runs here and
+    nowhere on the target."""
     flags = (libvirt.VIR_MIGRATE_LIVE | libvirt.VIR_MIGRATE_PERSIST_DEST
              | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE)
+    if tls:
+        flags |= libvirt.VIR_MIGRATE_TLS
+    deadline = time.monotonic() + timeout
+    failures: list[str] = []
+    for dummy in range(MIGRATION_ATTEMPTS):
+        outcome = _migrate_once(dom, target_conn, flags, max(1.0, deadline - time.monotonic()))
+        if "domain" in outcome:
+            return outcome["domain"]
+        failures.append(outcome["error"].get_error_message())
+        if not (_active(dom) and find_domain(target_conn, dom.name()) is None
+                and time.monotonic() < deadline):
+            break
+    raise LibvirtAdapterError(f"domain {dom.name()}: live migration failed: "
+                              + "; then: ".join(failures))
+
+
+def _migrate_once(dom, target_conn, flags: int, timeout: float) -> dict[str, Any]:
+    """One migration: {'domain': the domain on the target} or {'error': libvirtError};
+    raises when it did not finish within `timeout` (it is aborted)."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -442,10 +469,14 @@ def migrate_live(dom, target_conn, timeout: float) -> Any:
         raise LibvirtAdapterError(
             f"domain {dom.name()}: live migration did not finish within {timeout:g} s and "
             "was aborted; the domain still runs on the source")
-    if "error" in outcome:
-        raise LibvirtAdapterError(f"domain {dom.name()}: live migration failed: "
-                                  f"{outcome['error'].get_error_message()}")
-    return outcome["domain"]
+    return outcome
+
+
+def _active(dom) -> bool:
+    try:
+        return bool(dom.isActive())
+    except libvirt.libvirtError:
+        return False
 
 
 def xml_of(dom, inactive: bool = False) -> str:

@@ -122,7 +122,7 @@ class DomainRun:
                 # copy that runs. libvirt refuses to migrate onto another UUID.
                 self._do("undefine stale definition on target", lv.undefine, there)
             moved = self._do("migrate live", lv.migrate_live, dom, target,
-                             self.params["timeout"])
+                             self.params["timeout"], self.params["migrate_tls"])
             return moved if moved is not None else there
         if here_active:
             self.stop(dom)

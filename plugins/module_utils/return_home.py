@@ -6,7 +6,9 @@ cluster as it is now (cluster_status, with libvirt asked), the VDM and each VM's
 provisioning item. Pure Python, no I/O; playbooks/return_home.yml carries it out.
 
 In order: destroy the stale copies the host still runs of VMs that run elsewhere now
-(it was fenced: they can never be resumed), lift its fence, start its plain VMs that
+(it was fenced: they can never be resumed), break the disk locks its fenced clients
+still hold (the hypervisors may not, see docs/security.md), lift its fence, start its
+plain VMs that
 start at home, live-migrate its VMs back (HA VMs from their spare slots, any VM a
 drain moved) in waves that never overload a host,
 then restart the preemptible VMs that were stopped to make room, where there is room
@@ -102,7 +104,9 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         # Read before each wave: a host that fails again stops its return.
         "alive_key": etcd_keys.alive_key(host, cluster=cluster),
         "stale": stale,
-        "unfence": _unfence(host, fence, cluster),
+        "unfence": _unfence(host, fence, cluster, _disks(
+            by_name, stale_names | {a["vm"] for a in autostart}
+            | {name for name, home in vdm["home"].items() if home == host})),
         "autostart": autostart,
         "waves": [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped],
         "restart": restart,
@@ -155,10 +159,21 @@ def _start(name: str, domain: dict[str, Any], uri: str, host: str,
             "event": {"vm": name, "host": host}}
 
 
-def _unfence(host: str, fence: dict[str, Any] | None, cluster: str) -> dict[str, Any] | None:
+def _disks(by_name: dict[str, dict[str, Any]], names: set[str]) -> list[str]:
+    """The RBD images (pool/name) of the VMs `names` that have provisioning items."""
+    return sorted({disk["rbd"] for name in names if name in by_name
+                   for disk in by_name[name]["domain"]["spec"].get("disks", [])
+                   if disk.get("rbd")})
+
+
+def _unfence(host: str, fence: dict[str, Any] | None, cluster: str,
+             images: list[str]) -> dict[str, Any] | None:
+    """Lifting the host's fence. First, the locks its fenced clients still hold on
+    `images` are broken: a QEMU killed while fenced could not release its lock, and a
+    hypervisor's cephx user may not blocklist, which librbd would do to take it over."""
     if not fence:
         return None
-    return {"addresses": list(fence.get("ceph_addrs") or []),
+    return {"addresses": list(fence.get("ceph_addrs") or []), "images": images,
             "record": {"key": etcd_keys.fence_key(host, cluster=cluster), "state": "absent",
                        "if_value": fence},
             "event": {"kind": "unfenced", "host": host,

@@ -10,9 +10,15 @@ short_description: Fence clients or hosts off Ceph storage, and lift fences
 version_added: 0.1.0
 description:
   - V(present) (fenced) adds an OSD blocklist entry for each of O(addresses), all in one
-    OSD map, waits until every up OSD enforces them, and then breaks the locks of
-    O(images) that fenced clients hold, so that another host may open the images. It
-    returns exactly what it blocklisted and which locks it broke.
+    OSD map, waits until it has that map, and then breaks the locks of O(images) that
+    fenced clients hold, so that another host may open the images. It returns exactly
+    what it blocklisted and which locks it broke.
+  - An OSD serves a request only once it has the map epoch the request carries, so the
+    lock break, and every request of a QEMU started afterwards, reach OSDs that
+    enforce the fence. Whatever the fenced clients wrote before is ordered before them.
+  - The user needs C(mon 'allow r, allow command "osd blocklist", allow command "osd
+    blocklist ls"') and C(osd 'profile rbd pool=POOL') for the images' pool, and
+    nothing more; see C(docs/security.md).
   - A lock held by a client that the fence does not cover is kept and returned in
     RV(locks_kept). That client is alive (for instance a VM started elsewhere by a
     concurrent evacuation), and its disk must not get a second writer.
@@ -49,10 +55,6 @@ options:
         purpose, after its VMs were dealt with.
     type: float
     default: 2592000
-  wait_timeout:
-    description: Seconds to wait for every up OSD to enforce the blocklist.
-    type: float
-    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
@@ -144,7 +146,6 @@ def main(module_class=AnsibleModule) -> None:
             "addresses": {"type": "list", "elements": "str", "required": True},
             "images": {"type": "list", "elements": "str", "default": []},
             "expire": {"type": "float", "default": 2592000.0},
-            "wait_timeout": {"type": "float", "default": 30.0},
         },
         supports_check_mode=True,
     )

@@ -183,6 +183,19 @@ options:
     description: Seconds to wait for a shutdown or a live migration before failing.
     type: float
     default: 120
+  migrate_tls:
+    description:
+      - Whether a live migration to O(target_uri) runs over QEMU's TLS, the guest's
+        memory encrypted and both hypervisors checking each other's certificate
+        (libvirt's C(VIR_MIGRATE_TLS)).
+      - The hypervisors need C(migrate_tls_x509_cert_dir) in C(qemu.conf) (by default
+        C(/etc/pki/qemu)), and should set C(migrate_tls_x509_verify = 1) and
+        C(migrate_tls_force = 1); see C(docs/security.md).
+      - Set V(false) only where the migration network is trusted. Without TLS, the
+        target's QEMU listens on a TCP port that anyone who reaches it can feed a
+        guest's memory.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - yasco.cluster.libvirt
@@ -347,6 +360,7 @@ def main(module_class=AnsibleModule) -> None:
             "autostart": {"type": "bool", "default": False},
             "target_uri": {"type": "str"},
             "timeout": {"type": "float", "default": 120.0},
+            "migrate_tls": {"type": "bool", "default": True},
         },
         option="domains",
         independent=True,

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import requests
 import yaml
+from yasco_lab import pki
 
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
 
@@ -92,35 +93,14 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
-def openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def make_ca(directory: Path, name: str) -> None:
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", "2",
-            "-subj", f"/CN={name}", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=directory)
-
-
-def make_certificate(directory: Path, name: str, ca: str, extensions: str) -> None:
-    (directory / f"{name}.ext").write_text(extensions + "\n")
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}",
-            cwd=directory)
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext",
-            cwd=directory)
-
-
 def make_pki(directory: Path) -> dict[str, str]:
     directory.mkdir()
-    make_ca(directory, "ca")
-    make_ca(directory, "other-ca")
+    ca = pki.make_ca(directory, "ca", days=2)
+    pki.make_ca(directory, "other-ca", days=2)
     # etcd's gateway is a client of etcd's own gRPC server, with the server certificate.
-    make_certificate(directory, "server", "ca",
-                     "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth")
-    make_certificate(directory, "client", "ca", "extendedKeyUsage=clientAuth")
+    pki.issue(directory, "server", ca, subject="/CN=server", usage="serverAuth,clientAuth",
+              addresses=("127.0.0.1",), days=2)
+    pki.issue(directory, "client", ca, subject="/CN=client", days=2)
     return {name: str(directory / file) for name, file in (
         ("ca", "ca.crt"), ("wrong_ca", "other-ca.crt"), ("server_cert", "server.crt"),
         ("server_key", "server.key"), ("client_cert", "client.crt"),

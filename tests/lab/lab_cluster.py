@@ -14,7 +14,8 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab.credentials import etcd_client
+from yasco_lab import etcd as lab_etcd
 from yasco_lab import layout
 
 from ..ansible_run import ROOT, run_playbook
@@ -75,7 +76,7 @@ def running(lab) -> dict[str, list[str]]:
 
 
 def records(lab) -> dict[str, dict]:
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         return {kv.key.rsplit("/", 1)[-1]: json.loads(kv.value)
                 for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=layout.CLUSTER_NAME))}
 
@@ -83,7 +84,7 @@ def records(lab) -> dict[str, dict]:
 def history(lab, kind: str, vms=None) -> list[dict]:
     """The events of `kind` (for `vms` when given) in the lab cluster's history,
     oldest first."""
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         events = [json.loads(kv.value) for kv in etcd.get_prefix(
             etcd_keys.history_prefix(cluster=layout.CLUSTER_NAME))]
     return [e for e in events if e["kind"] == kind and (vms is None or e.get("vm") in vms)]
@@ -108,7 +109,8 @@ def etcd_leader(lab) -> str:
     for host in lab["hosts"]:
         request = urllib.request.Request(f"{host['etcd_client_url']}/v3/maintenance/status",
                                          data=b"{}", method="POST")
-        with urllib.request.urlopen(request, timeout=5) as reply:
+        with urllib.request.urlopen(request, timeout=5,
+                                    context=lab_etcd.tls_context()) as reply:
             status = json.load(reply)
         if status["leader"] == status["header"]["member_id"]:
             return host["name"]

@@ -16,9 +16,9 @@ import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
-from yasco_lab import hypervisor, layout
+from yasco_lab import credentials, hypervisor, layout
 from yasco_lab.lab import LabState
 
 from ..ansible_run import run_playbook
@@ -81,7 +81,7 @@ def fences_logged(host: str) -> list[tuple[list[str], float]]:
 
 @pytest.fixture(name="etcd")
 def fixture_etcd(lab):
-    with EtcdClient(lab["etcd_endpoints"]) as client:
+    with etcd_client(lab["etcd_endpoints"]) as client:
         yield client
 
 
@@ -224,6 +224,9 @@ def test_the_role_installs_an_agent_that_runs_without_ansible(lab, etcd, tmp_pat
              "roles": [{"role": "yasco.cluster.agent", "agent_host": host,
                         "agent_cluster": layout.CLUSTER_NAME,
                         "agent_endpoints": lab["etcd_endpoints"],
+                        # A host the lab made no user for: the agent goes as root.
+                        **{f"agent_{name}": value for name, value in credentials.EtcdUser(
+                            credentials.ROOT_USER).credentials().items()},
                         "agent_libvirt_uri": "test:///default", "agent_address": "127.0.0.1",
                         "agent_root": str(root), "agent_manage_service": False}]}]
     rc, results = run_playbook(play, tmp_path=tmp_path)

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
-import etcd3gw
 import libvirt
 import pytest
 import rbd
 import yaml
 
 from yasco_lab import lab as lab_verbs
+from yasco_lab import etcd as lab_etcd
 from yasco_lab import layout, storage
+from yasco_lab.credentials import etcd_client
 
 from .conftest import yasco_lab
 
@@ -22,16 +24,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_etcd_cluster_has_one_healthy_member_per_hypervisor(lab):
-    client = etcd3gw.client(host=lab["hosts"][0]["address"], port=layout.ETCD_CLIENT_PORT)
-    members = client.members()
+    request = urllib.request.Request(f"{lab['etcd_endpoints'][0]}/v3/cluster/member/list",
+                                     data=b"{}", method="POST")
+    with urllib.request.urlopen(request, timeout=5, context=lab_etcd.tls_context()) as reply:
+        members = json.load(reply)["members"]
     assert sorted(m["name"] for m in members) == ["hv1", "hv2", "hv3"]
     for host in lab["hosts"]:
         assert host["etcd"] == "healthy"
     # A write on one member is read back through another.
-    client.put("/yasco-lab-test/key", "value")
-    other = etcd3gw.client(host=lab["hosts"][2]["address"], port=layout.ETCD_CLIENT_PORT)
-    assert other.get("/yasco-lab-test/key") == [b"value"]
-    client.delete("/yasco-lab-test/key")
+    first, last = (etcd_client([h["etcd_client_url"]]) for h in (lab["hosts"][0],
+                                                                 lab["hosts"][2]))
+    with first, last:
+        first.put("/yasco-lab-test/key", "value")
+        assert last.get("/yasco-lab-test/key").value == "value"
+        first.delete("/yasco-lab-test/key")
 
 
 def test_ceph_is_healthy_and_the_pool_is_usable_through_cephx(lab):

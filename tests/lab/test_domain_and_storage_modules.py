@@ -17,9 +17,10 @@ from ..ansible_run import local_play, run_playbook
 from .test_canary_vm import assert_one_unbroken_writer, wait_for_records
 
 
-def ceph_defaults() -> dict:
+def ceph_user(client: str) -> dict:
+    """The Ceph options of the lab's cephx user `client`."""
     return {"conf": str(layout.ceph_conf_path()),
-            "keyring": str(layout.ceph_admin_keyring_path()), "client": "admin"}
+            "keyring": str(layout.ceph_keyring_path(client)), "client": client}
 
 
 def spec(lab, image: str) -> dict:
@@ -38,8 +39,12 @@ def uris(lab) -> dict[str, str]:
 
 
 def play(tmp_path, *tasks, check=False):
+    # As the playbooks run them: images as the provisioning user, fences as the fencer.
     rc, results = run_playbook(local_play(*tasks, check=check, module_defaults={
-        "group/yasco.cluster.ceph": ceph_defaults()}), tmp_path=tmp_path)
+        "group/yasco.cluster.ceph": ceph_user(layout.CEPH_PROVISION_CLIENT),
+        "yasco.cluster.ceph_fence": ceph_user(layout.CEPH_FENCE_CLIENT),
+        "yasco.cluster.ceph_fence_info": ceph_user(layout.CEPH_FENCE_CLIENT)}),
+        tmp_path=tmp_path)
     return rc, results
 
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import lab as lab_verbs
 from yasco_lab import layout, storage
@@ -151,7 +151,7 @@ def fixture_ha(lab, tmp_path_factory):
             yasco_lab("boot", host["name"])
     for host in lab["hosts"]:
         unfence(inventory, host["address"])
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         etcd.delete_prefix(etcd_keys.fences_prefix(cluster=layout.CLUSTER_NAME))
     for name in names.values():
         playbook("remove_vm", inventory, vm=name, delete_disk=name)
@@ -201,6 +201,9 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     assert sorted(e["vm"] for e in history(lab, "migrated", ha_vms)) == sorted(ha_vms)
     assert [e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"]
     assert "host: hv1, rebooted" in watcher_logs(ha)
+    # The watchers and the playbooks they ran logged no etcd password.
+    passwords = [p.read_text().strip() for p in (layout.pki_dir() / "etcd-passwords").iterdir()]
+    assert passwords and not [p for p in passwords if p in watcher_logs(ha)]
 
 
 def watcher_logs(ha) -> str:
@@ -217,12 +220,12 @@ def wait_until_home(lab, ha, host: str) -> None:
         running(lab).get(n) == [vdm["home"][n]]
         and records(lab).get(n) == {"host": vdm["home"][n], "state": "running"}
         for n in homed + preempted), EVACUATE, every=1, check=no_vm_twice(lab))
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         assert etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is None
 
 
 def down_hosts(lab) -> set[str]:
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         alive = {etcd_keys.parse_key(kv.key, cluster=layout.CLUSTER_NAME).host
                  for kv in etcd.get_prefix(etcd_keys.hosts_prefix(cluster=layout.CLUSTER_NAME))
                  if kv.key.endswith("/alive")}
@@ -285,9 +288,15 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
     # with it) are destroyed before its fence is lifted, then started afresh.
     wait_until_home(lab, ha, refuge)
     stale = {e["vm"] for e in history(lab, "stale-destroyed") if e.get("host") == refuge}
-    assert {n for n in ha["names"].values() if vdm["home"][n] == refuge
-            and vdm["vms"][n]["kind"] == "plain"} <= stale
+    plain = {n for n in ha["names"].values() if vdm["home"][n] == refuge
+             and vdm["vms"][n]["kind"] == "plain"}
+    assert plain <= stale
     assert f"host: {refuge}, reconnected without a reboot" in watcher_logs(ha)
+    # Started afresh, each writes: the disk lock its killed copy held was broken.
+    for n in plain:
+        last = writers(n)[-1]
+        wait_for(f"{n} writing afresh", lambda n=n, last=last: writers(n)[-1][0] != last[0]
+                 or writers(n)[-1][2] > last[2] + 3, BOOT, every=1)
 
 
 def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(lab, ha):
@@ -325,7 +334,7 @@ def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_ba
     fences = len(history(lab, "fenced"))
     rc, results = playbook("drain", ha["inventory"], yasco_host=host)
     assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         marker = etcd.get_json(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME))
         alive = etcd.get(etcd_keys.alive_key(host, cluster=layout.CLUSTER_NAME))
     assert marker["by"] == "drain" and alive is None  # in maintenance, agent stopped
@@ -343,7 +352,7 @@ def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_ba
     wait_until_home(lab, ha, host)
     for name in homed:
         assert writers(name)[-1][0] == last[name][0], writers(name)
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         assert etcd.get(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME)) is None
     assert len(history(lab, "fenced")) == fences
 
@@ -416,7 +425,7 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
     time.sleep(max(0.0, registered + FLAP_HOLD_DOWN + 5 - time.monotonic()))
     assert len(history(lab, "unfenced")) == unfenced
     assert all(running(lab).get(n) == [targets[n]] for n in ha_vms)
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         assert etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is not None
 
     yasco_lab("boot", host)

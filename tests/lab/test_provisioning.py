@@ -15,7 +15,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.config_drive import read_iso
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from yasco_lab.credentials import etcd_client
 from yasco_lab import layout, storage
 
 from .lab_cluster import history, make_inventory, playbook, records, running, vdm_of
@@ -54,7 +54,7 @@ def test_provision_agrees_everywhere_and_a_rerun_changes_nothing(lab, cluster):
         assert stored[name] == {"host": vdm["home"][name], "state": "running"}
         assert name in images
     assert f"{names['cidata']}-cidata" in images
-    with EtcdClient(lab["etcd_endpoints"]) as etcd:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
         applied = etcd.get(etcd_keys.vdm_version_key(cluster=layout.CLUSTER_NAME))
     assert applied is not None and int(applied.value) == vdm["version"]
     with storage.pool() as ioctx, rbd.Image(ioctx, f"{names['cidata']}-cidata") as image:

@@ -100,19 +100,27 @@ options:
     description: This watcher's name in the leader key; by default host name and pid.
     type: str
   ca_cert:
-    description: The CA of etcd's server certificates, for https endpoints.
+    description:
+      - The CA of etcd's server certificates, for https endpoints. An empty string is
+        the same as not set, so a rulebook can pass a variable that may be empty.
     type: str
   client_cert:
-    description: A client certificate, when etcd requires one.
+    description:
+      - A client certificate, when etcd requires one. It must have no common name
+        when etcd has authentication on (see C(docs/security.md)).
     type: str
   client_key:
-    description: Its key.
+    description: The client certificate's key.
     type: str
   username:
-    description: The etcd user.
+    description:
+      - The etcd user, which needs to read the cluster's keys and write C(watchers/)
+        and C(hosts/) (role C(yasco-watcher)).
     type: str
   password:
-    description: Its password.
+    description:
+      - Its password. Pass it from a vaulted variable or an EDA credential, never in
+        the rulebook's text.
     type: str
 """
 
@@ -175,10 +183,10 @@ def _disarm_text(flag: dict[str, Any]) -> str:
 
 
 def _client(args: dict[str, Any], timeout: float) -> EtcdClient:
-    return EtcdClient(args["endpoints"], ca_cert=args.get("ca_cert"),
-                      client_cert=args.get("client_cert"), client_key=args.get("client_key"),
-                      username=args.get("username"), password=args.get("password"),
-                      timeout=timeout)
+    # A rulebook templates every argument, an unset variable into ''.
+    options = {name: args.get(name) or None
+               for name in ("ca_cert", "client_cert", "client_key", "username", "password")}
+    return EtcdClient(args["endpoints"], timeout=timeout, **options)
 
 
 class Watcher:
@@ -204,7 +212,7 @@ class Watcher:
         self.ttl = int(args.get("leader_ttl", 5))
         self.name = args.get("name") or f"{socket.gethostname()}-{os.getpid()}"
         self.prefix = etcd_keys.hosts_prefix(cluster=self.cluster)
-        self.leader_key = f"{etcd_keys.cluster_prefix(self.cluster)}watchers/leader"
+        self.leader_key = etcd_keys.watchers_leader_key(cluster=self.cluster)
         self.stop = threading.Event()
         self.leader = False
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -32,7 +32,8 @@ def item(name: str) -> dict:
     return {"name": name, "uri": URIS[VDM["home"][name]], "home": VDM["home"][name],
             "priority": VDM["vms"][name].get("priority", 0),
             "autostart_on_home": name == "plain",
-            "domain": {"name": name, "spec": {"kind": VDM["vms"][name]["kind"]}}}
+            "domain": {"name": name, "spec": {"kind": VDM["vms"][name]["kind"],
+                                              "disks": [{"rbd": f"vms/{name}"}]}}}
 
 
 ITEMS = [item(n) for n in VDM["home"]]
@@ -67,6 +68,8 @@ def test_a_returning_host_is_unfenced_gets_its_vms_back_and_the_preempted_restar
     assert done["stale"] == []
     assert done["unfence"] == {
         "addresses": ["10.1.0.1"],
+        # Locks its fenced clients may still hold: the disks of the VMs it is home to.
+        "images": ["vms/db", "vms/plain", "vms/web"],
         "record": {"key": "/yasco/c1/fences/hv1", "state": "absent", "if_value": FENCE},
         "event": {"kind": "unfenced", "host": "hv1", "details": {"ceph_addrs": ["10.1.0.1"]}}}
     assert [(s["vm"], s["host"]) for s in done["autostart"]] == [("plain", "hv1")]
@@ -113,6 +116,16 @@ def test_stale_copies_on_a_fenced_host_are_destroyed_first():
     # Then started afresh, and moved back, as if the stale copies were not there.
     assert [s["vm"] for s in done["autostart"]] == ["plain"]
     assert "web" in {m["vm"] for wave in done["waves"] for m in wave}
+    # The killed copies held their disks' locks while fenced: broken before the unfence.
+    assert {"vms/plain", "vms/web"} <= set(done["unfence"]["images"])
+
+
+def test_the_locks_of_a_stale_copy_homed_elsewhere_are_broken_too():
+    vms = {**AFTER_EVACUATION, "batch": ({"host": "hv2", "state": "running"}, ["hv1", "hv2"])}
+    done = plan(status(vms), VDM, ITEMS, "hv1")
+    assert [s["vm"] for s in done["stale"]] == ["batch"]
+    assert "vms/batch" in done["unfence"]["images"]
+    assert "vms/filler" not in done["unfence"]["images"]
 
 
 @pytest.mark.parametrize("change, words", [

@@ -1,0 +1,105 @@
+"""The lab's certificate authority and credentials, made at `up` with openssl.
+
+One CA signs every certificate of the lab:
+
+- `etcd-<host>`: each etcd member's server and peer certificate (it is also the
+  client certificate etcd's own JSON gateway presents to its gRPC server);
+- `qemu-<host>`: each hypervisor's QEMU migration certificate, server and client,
+  so that a live migration runs over TLS that both ends verify;
+- one client certificate per etcd user: `agent-<host>`, `controller`, `watcher`,
+  `reader` and `root`. They carry no common name: while authentication is on, etcd's
+  gateway refuses a client certificate with one (it would be ignored, not used as
+  the user). The certificate admits the client; the user's password says who it is.
+
+Private keys and passwords are written 0600 and never printed. `up` makes them
+afresh; `down` removes them with the rest of the lab.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LabError
+
+DAYS = 30
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """A certificate and its key, as files."""
+
+    cert: Path
+    key: Path
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True,
+                            timeout=60, check=False)
+    if result.returncode != 0:
+        raise LabError(f"openssl {args[0]} failed in {cwd}: {result.stderr.strip()[-300:]}")
+
+
+def make_ca(directory: Path, name: str, days: int = DAYS) -> Certificate:
+    """A self-signed CA, `<name>.crt` and `<name>.key` in `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with _private_umask():
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt", "-days", str(days),
+                "-subj", f"/O=yasco/CN={name}",
+                "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=directory)
+    return Certificate(directory / f"{name}.crt", directory / f"{name}.key")
+
+
+def issue(directory: Path, name: str, ca: Certificate, *, subject: str,
+          usage: str = "clientAuth", addresses: tuple[str, ...] = (),
+          days: int = DAYS) -> Certificate:
+    """A certificate signed by `ca`, `<name>.crt` and `<name>.key` in `directory`:
+    `usage` is its extended key usage, `addresses` the IPs it names (for a server).
+    A negative `days` makes one that has already expired."""
+    extensions = [f"extendedKeyUsage={usage}", "basicConstraints=critical,CA:FALSE"]
+    if addresses:
+        extensions.append("subjectAltName=" + ",".join(f"IP:{a}" for a in addresses))
+    (directory / f"{name}.ext").write_text("\n".join(extensions) + "\n")
+    with _private_umask():
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject,
+                cwd=directory)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", str(ca.cert),
+                "-CAkey", str(ca.key), "-CAcreateserial", "-out", f"{name}.crt",
+                "-days", str(days), "-extfile", f"{name}.ext", cwd=directory)
+    (directory / f"{name}.csr").unlink()
+    (directory / f"{name}.ext").unlink()
+    return Certificate(directory / f"{name}.crt", directory / f"{name}.key")
+
+
+def client_subject(user: str) -> str:
+    """A client certificate's subject: no CN (see the module's docstring)."""
+    return f"/O=yasco/OU={user}"
+
+
+def new_password(path: Path) -> str:
+    """A random password, written to `path` (0600)."""
+    password = secrets.token_urlsafe(24)
+    with _private_umask():
+        path.write_text(password + "\n")
+    path.chmod(0o600)
+    return password
+
+
+def read_password(path: Path) -> str:
+    return path.read_text().strip()
+
+
+class _private_umask:
+    """Files made inside are readable by their owner alone, from the start."""
+
+    def __enter__(self) -> None:
+        self.old = os.umask(0o077)
+
+    def __exit__(self, *exc: object) -> None:
+        os.umask(self.old)
