@@ -17,8 +17,8 @@ from the expiry.
 Phases, all from the crash:
 - lease expired: the host's liveness key is gone from etcd (this script watches it);
 - event: the watcher emits host_down (its log);
-- fenced: the evacuation has recorded the fence (`fences/<host>`, written once every
-  OSD enforces the blocklist, with the claims);
+- fenced: the evacuation has recorded the fence (`fences/<host>`, written once the
+  fencer holds the OSD map with the blocklist, with the claims);
 - running: the VM's domain runs on its target (its agent publishes it in etcd);
 - writing: the canary's first write from its new copy (on its RBD disk).
 """
