@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+from . import pki
 from .errors import LabError
 from .layout import (CEPH_FENCE_CLIENT, CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL,
                      CEPH_PROVISION_CLIENT, ceph_address, ceph_admin_keyring_path,
@@ -169,10 +170,8 @@ class CephBootstrap:
         self.ceph("osd", "pool", "set", CEPH_POOL, "size", "1", "--yes-i-really-mean-it")
         self._tool("rbd", "-c", str(ceph_conf_path()), "pool", "init", CEPH_POOL)
         for client, caps in CEPH_CAPS.items():
-            path = ceph_keyring_path(client)
-            path.touch(mode=0o600)
-            path.chmod(0o600)
-            path.write_text(self.ceph("auth", "get-or-create", f"client.{client}", *caps))
+            pki.write_private(ceph_keyring_path(client),
+                              self.ceph("auth", "get-or-create", f"client.{client}", *caps))
 
     def ceph(self, *args: str, timeout: float = 30) -> str:
         return ceph_cli(*args, timeout=timeout)

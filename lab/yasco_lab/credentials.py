@@ -35,7 +35,7 @@ class EtcdUser:
 
     @property
     def password_file(self) -> Path:
-        return pki_dir() / "etcd-passwords" / self.name
+        return passwords_dir() / self.name
 
     def password(self) -> str:
         return pki.read_password(self.password_file)
@@ -49,6 +49,15 @@ class EtcdUser:
     def options(self, endpoints: list[str]) -> dict[str, Any]:
         """The connection options, `endpoints` with the credentials."""
         return {"endpoints": list(endpoints), **self.credentials()}
+
+
+def passwords_dir() -> Path:
+    return pki_dir() / "etcd-passwords"
+
+
+def etcd_passwords() -> dict[str, str]:
+    """Every etcd user the lab made, and its password."""
+    return {path.name: pki.read_password(path) for path in passwords_dir().iterdir()}
 
 
 def ca() -> pki.Certificate:

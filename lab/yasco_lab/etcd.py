@@ -96,23 +96,21 @@ def users(hosts: list[HostLayout]) -> list[str]:
 def enable_access(hosts: list[HostLayout]) -> None:
     """Create YASCO's roles and users, each with its password, then turn
     authentication on: from then on every request needs a user."""
-    root = credentials.EtcdUser(credentials.ROOT_USER)
-    _etcdctl(hosts, "user", "add", f"{root.name}:{root.password()}",
-             "--interactive=false", secret=root.password())
-    _etcdctl(hosts, "user", "grant-role", root.name, "root")
-    for command in etcd_access.etcdctl_commands([h.name for h in hosts], CLUSTER_NAME):
-        if command[:2] == ["user", "add"]:
-            user = credentials.EtcdUser(command[2])
-            _etcdctl(hosts, "user", "add", f"{user.name}:{user.password()}",
-                     "--interactive=false", secret=user.password())
-        else:
-            _etcdctl(hosts, *command)
+    passwords = {user: credentials.EtcdUser(user).password()
+                 for user in [credentials.ROOT_USER, *users(hosts)]}
+    secrets = list(passwords.values())
+    _etcdctl(hosts, "user", "add", f"root:{passwords['root']}", "--interactive=false",
+             secrets=secrets)
+    _etcdctl(hosts, "user", "grant-role", "root", "root")
+    for command in etcd_access.etcdctl_commands([h.name for h in hosts], CLUSTER_NAME,
+                                                passwords):
+        _etcdctl(hosts, *command, secrets=secrets)
     _etcdctl(hosts, "auth", "enable")
 
 
-def _etcdctl(hosts: list[HostLayout], *args: str, secret: str | None = None) -> None:
+def _etcdctl(hosts: list[HostLayout], *args: str, secrets: list[str] | None = None) -> None:
     """etcdctl as root's certificate (before authentication is on, no user is needed).
-    A password among `args` is `secret`: it never reaches an error message."""
+    The passwords among `args`, `secrets`, never reach an error message."""
     root = credentials.EtcdUser(credentials.ROOT_USER).certificate
     command = [ETCDCTL, "--endpoints", ",".join(h.etcd_client_url for h in hosts),
                "--cacert", str(credentials.ca().cert), "--cert", str(root.cert),
@@ -122,6 +120,6 @@ def _etcdctl(hosts: list[HostLayout], *args: str, secret: str | None = None) -> 
     if done.returncode != 0:
         shown = " ".join(args)
         output = (done.stderr or done.stdout).strip()[-300:]
-        if secret:
+        for secret in secrets or []:
             shown, output = shown.replace(secret, "********"), output.replace(secret, "********")
         raise LabError(f"etcd: `etcdctl {shown}` failed: {output}")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
 
-from . import credentials, etcd
+from . import credentials, etcd, pki
 from .ceph import client_conf, secret_key
 from .errors import LabError
 from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
@@ -108,15 +108,16 @@ def _install_migration_certificates(host: HostLayout, directory: Path) -> None:
     for source, name in ((credentials.ca().cert, "ca-cert.pem"),
                          (mine.cert, "server-cert.pem"), (mine.key, "server-key.pem"),
                          (mine.cert, "client-cert.pem"), (mine.key, "client-key.pem")):
-        shutil.copyfile(source, directory / name)
-        (directory / name).chmod(0o600 if name.endswith("key.pem") else 0o644)
+        if name.endswith("key.pem"):
+            pki.write_private(directory / name, source.read_text())
+        else:
+            shutil.copyfile(source, directory / name)
 
 
 def _write_ceph_conf(host: HostLayout, fsid: str) -> None:
     etc = host.root / "etc-ceph"
     keyring = etc / f"ceph.client.{CEPH_HYPERVISOR_CLIENT}.keyring"
-    shutil.copyfile(ceph_hypervisor_keyring_path(), keyring)
-    keyring.chmod(0o600)
+    pki.write_private(keyring, ceph_hypervisor_keyring_path().read_text())
     (etc / "ceph.conf").write_text(client_conf(fsid, f"/etc/ceph/{keyring.name}"))
 
 
@@ -223,10 +224,8 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None
     config = {"host": host.name, "cluster": CLUSTER_NAME, "ttl": AGENT_TTL,
               "margin": AGENT_MARGIN, "address": host.address, "ceph_addrs": [host.address],
               **user.options([host.etcd_client_url, *others])}
-    path = agent_config_path(host)
-    path.touch(mode=0o600)
-    path.chmod(0o600)  # it holds the agent's etcd password
-    path.write_text(json.dumps(config, indent=2) + "\n")
+    # It holds the agent's etcd password.
+    pki.write_private(agent_config_path(host), json.dumps(config, indent=2) + "\n")
     node.start_daemon(*_agent_command(host), log=agent_log_path(host))
 
 
@@ -277,8 +276,7 @@ def _define_ceph_secret(node: Node, host: HostLayout) -> None:
 </secret>
 """)
     key_file = run_dir / "ceph-secret.key"
-    key_file.write_text(secret_key(ceph_hypervisor_keyring_path()))
-    key_file.chmod(0o600)
+    pki.write_private(key_file, secret_key(ceph_hypervisor_keyring_path()))
     try:
         node.run("virsh", "-q", "secret-define", "/etc/libvirt/ceph-secret.xml")
         node.run("virsh", "-q", "secret-set-value", CEPH_SECRET_UUID,

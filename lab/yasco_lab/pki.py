@@ -82,12 +82,17 @@ def client_subject(user: str) -> str:
     return f"/O=yasco/OU={user}"
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path`, readable by its owner alone from the first byte."""
+    with _private_umask():
+        path.write_text(text)
+    path.chmod(0o600)  # a file that existed keeps its mode through write_text
+
+
 def new_password(path: Path) -> str:
     """A random password, written to `path` (0600)."""
     password = secrets.token_urlsafe(24)
-    with _private_umask():
-        path.write_text(password + "\n")
-    path.chmod(0o600)
+    write_private(path, password + "\n")
     return password
 
 

@@ -64,7 +64,8 @@ class FenceRun:
         client the fence does not cover is kept: that client is alive elsewhere (a VM
         started by a concurrent run), and breaking its lock would hand its disk to a
         second writer. An image that does not exist has no lock to break; it is
-        reported, not an error, so that one lost disk does not keep the other VMs from starting."""
+        reported, not an error, so that one lost disk does not keep the other VMs
+        from starting."""
         adding = [entry for entry in entries if entry not in before]
         for entry in adding:
             self.actions.append(f"blocklist {entry}")

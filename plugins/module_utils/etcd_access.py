@@ -22,7 +22,7 @@ applies these with etcdctl, and `etcdctl_commands` prints them for an operator.
 from __future__ import annotations
 
 import shlex
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
@@ -47,7 +47,6 @@ def agent_role(host: str) -> str:
 def roles(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[str, list[Grant]]:
     """Every role and its grants, for a cluster of `hosts`."""
     everything = Grant("read", etcd_keys.cluster_prefix(cluster), True)
-    watchers = etcd_keys.watchers_leader_key(cluster=cluster).rsplit("/", 1)[0] + "/"
     controller = [everything] + [
         Grant("readwrite", key, True) for key in (
             etcd_keys.vms_prefix(cluster=cluster),
@@ -64,16 +63,18 @@ def roles(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[st
             Grant("read", etcd_keys.fence_key(host, cluster=cluster), False),
             Grant("readwrite", etcd_keys.history_prefix(cluster=cluster), True),
         ] for host in hosts}
-    result[WATCHER_ROLE] = [everything, Grant("readwrite", watchers, True),
-                            Grant("readwrite", etcd_keys.hosts_prefix(cluster=cluster), True)]
+    result[WATCHER_ROLE] = [
+        everything, Grant("readwrite", etcd_keys.watchers_prefix(cluster=cluster), True),
+        Grant("readwrite", etcd_keys.hosts_prefix(cluster=cluster), True)]
     result[CONTROLLER_ROLE] = controller
     result[READER_ROLE] = [everything]
     return result
 
 
-def etcdctl_commands(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> list[list[str]]:
-    """The etcdctl arguments that create each role, its user (asked for a password
-    interactively unless the caller adds one) and the role's grants."""
+def etcdctl_commands(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER,
+                     passwords: Mapping[str, str] | None = None) -> list[list[str]]:
+    """The etcdctl arguments that create each role, its grants and its user: with the
+    user's password from `passwords`, else etcdctl asks for it."""
     commands = []
     for role, grants in roles(hosts, cluster).items():
         commands.append(["role", "add", role])
@@ -81,7 +82,8 @@ def etcdctl_commands(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER)
             commands.append(["role", "grant-permission", role,
                              *(["--prefix=true"] if grant.prefix else []),
                              grant.permission, grant.key])
-        commands.append(["user", "add", role])
+        commands.append(["user", "add", f"{role}:{passwords[role]}", "--interactive=false"]
+                        if passwords else ["user", "add", role])
         commands.append(["user", "grant-role", role, role])
     return commands
 

@@ -113,9 +113,13 @@ def disarmed_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}ha/disarmed"
 
 
+def watchers_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{cluster_prefix(cluster)}watchers/"
+
+
 def watchers_leader_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
     """Held by the HA watcher that leads, under its lease."""
-    return f"{cluster_prefix(cluster)}watchers/leader"
+    return f"{watchers_prefix(cluster=cluster)}leader"
 
 
 def history_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:

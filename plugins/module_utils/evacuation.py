@@ -143,16 +143,20 @@ def _ceph_addrs(host: dict[str, Any]) -> list[str]:
     return [registered["address"]] if registered.get("address") else []
 
 
+def images_of(item: dict[str, Any]) -> list[str]:
+    """The RBD images (pool/name) of a VM's provisioning item, in its disks' order."""
+    return [d["rbd"] for d in item["domain"]["spec"].get("disks", []) if d.get("rbd")]
+
+
 def _start(item: dict[str, Any], record: dict[str, Any], target: str,
            hosts: dict[str, Any], cluster: str, claim: bool) -> dict[str, Any]:
     key = etcd_keys.vm_key(item["name"], cluster=cluster)
     source = record.get("host") if claim else record.get("from")
     starting = {"host": target, "state": "starting", "from": source}
-    disks = [d["rbd"] for d in item["domain"]["spec"].get("disks", []) if d.get("rbd")]
     uri = hosts.get(target, {}).get("uri") or item["uri"]
     return {
         "vm": item["name"], "from": source, "to": target, "uri": uri,
-        "priority": item.get("priority", 0), "images": disks,
+        "priority": item.get("priority", 0), "images": images_of(item),
         # libvirt_domain's options: defined and started on the target.
         "domain": {**item["domain"], "uri": uri},
         "claim": {"key": key, "value": starting, "if_value": record} if claim else None,

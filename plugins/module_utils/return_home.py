@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
+    ACTIVE, images_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
     RebalanceError, fits, hypervisors_of, loads, move_steps, plan_moves, sizes_of, waves)
 
@@ -98,15 +99,18 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         after[move["vm"]] = move["to"]
 
     restart, waiting = _preempted_restarts(vms, vdm, by_name, hosts, after, cluster)
+    # The disks whose locks the host's fenced clients may still hold.
+    ran_here = (stale_names | {a["vm"] for a in autostart}
+                | {name for name, home in vdm["home"].items() if home == host})
+    images = sorted({image for name in ran_here if name in by_name
+                     for image in images_of(by_name[name])})
     return {
         "host": host,
         "came_back": _came_back(here, fence),
         # Read before each wave: a host that fails again stops its return.
         "alive_key": etcd_keys.alive_key(host, cluster=cluster),
         "stale": stale,
-        "unfence": _unfence(host, fence, cluster, _disks(
-            by_name, stale_names | {a["vm"] for a in autostart}
-            | {name for name, home in vdm["home"].items() if home == host})),
+        "unfence": _unfence(host, fence, cluster, images),
         "autostart": autostart,
         "waves": [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped],
         "restart": restart,
@@ -157,13 +161,6 @@ def _start(name: str, domain: dict[str, Any], uri: str, host: str,
             "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
                        "value": {"host": host, "state": "running"}, "if_value": record},
             "event": {"vm": name, "host": host}}
-
-
-def _disks(by_name: dict[str, dict[str, Any]], names: set[str]) -> list[str]:
-    """The RBD images (pool/name) of the VMs `names` that have provisioning items."""
-    return sorted({disk["rbd"] for name in names if name in by_name
-                   for disk in by_name[name]["domain"]["spec"].get("disks", [])
-                   if disk.get("rbd")})
 
 
 def _unfence(host: str, fence: dict[str, Any] | None, cluster: str,

@@ -26,7 +26,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import lab as lab_verbs
-from yasco_lab import layout, storage
+from yasco_lab import credentials, layout, storage
 from yasco_lab.lab import LabState
 
 from ..ansible_run import ROOT, local_play, run_playbook
@@ -202,7 +202,7 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     assert [e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"]
     assert "host: hv1, rebooted" in watcher_logs(ha)
     # The watchers and the playbooks they ran logged no etcd password.
-    passwords = [p.read_text().strip() for p in (layout.pki_dir() / "etcd-passwords").iterdir()]
+    passwords = credentials.etcd_passwords().values()
     assert passwords and not [p for p in passwords if p in watcher_logs(ha)]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access, etcd_keys
-from yasco_lab import credentials, layout, pki
+from yasco_lab import ceph, credentials, layout, pki
 from yasco_lab.credentials import EtcdUser, etcd_client
 
 from ..ansible_run import BIN, ROOT, local_play, run_playbook
@@ -170,13 +170,10 @@ def test_the_hypervisor_and_provisioning_cephx_users_cannot_blocklist(lab, tmp_p
 
 def _secrets() -> dict[str, str]:
     """Every password and cephx key of the lab, by where it comes from."""
-    found = {f"etcd password of {path.name}": pki.read_password(path)
-             for path in (layout.pki_dir() / "etcd-passwords").iterdir()}
+    found = {f"etcd password of {user}": password
+             for user, password in credentials.etcd_passwords().items()}
     for keyring in layout.ceph_dir().glob("ceph.client.*.keyring"):
-        for line in keyring.read_text().splitlines():
-            name, dummy, value = line.partition("=")
-            if name.strip() == "key":
-                found[f"cephx key of {keyring.name}"] = value.strip()
+        found[f"cephx key of {keyring.name}"] = ceph.secret_key(keyring)
     return found
 
 
@@ -229,7 +226,7 @@ def test_no_secret_reaches_the_output_and_none_is_world_readable(lab, tmp_path):
     for where, secret in secrets.items():
         assert secret not in output, f"the {where} appears in the output"
     # Keys, passwords, keyrings and the agents' configurations: for root's eyes only.
-    private = [*layout.pki_dir().rglob("*.key"), *(layout.pki_dir() / "etcd-passwords").iterdir(),
+    private = [*layout.pki_dir().rglob("*.key"), *credentials.passwords_dir().iterdir(),
                *layout.ceph_dir().glob("ceph.client.*.keyring"),
                *(layout.state_dir() / "hosts").glob("hv*/agent.yml")]
     assert len(private) >= 15
