@@ -1,6 +1,6 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
-.PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover sanity
+.PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover sanity units
 
 setup:
 	@scripts/bootstrap
@@ -32,4 +32,8 @@ bench-failover: setup
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup
-	.venv/bin/python scripts/sanity.py
+	.venv/bin/python scripts/ansible_test.py sanity
+
+# ansible-test units on the collection (also run by `make test`).
+units: setup
+	.venv/bin/python scripts/ansible_test.py units

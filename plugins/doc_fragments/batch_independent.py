@@ -17,7 +17,7 @@ options:
         started.
     type: bool
     default: false
-    version_added: 0.2.0
+    version_added: 0.1.0
   parallel:
     description:
       - With a list of items, how many run at once, started in the list's order.
@@ -25,5 +25,5 @@ options:
       - C(1) runs them one after another.
     type: int
     default: 1
-    version_added: 0.2.0
+    version_added: 0.1.0
 """

@@ -118,7 +118,7 @@ images_missing:
   returned: always
   type: list
   elements: str
-  version_added: 0.2.0
+  version_added: 0.1.0
 entries:
   description: Every blocklist entry afterwards, address to expiry time.
   returned: always

@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: cluster_event
 short_description: Append an event to the cluster's history in etcd
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Appends an event (what happened, to which hypervisor and VM, by whom) to the
     cluster's append-only history, C(/yasco/<cluster>/history/), which

@@ -42,12 +42,12 @@ options:
     type: str
     choices: [libvirt, agents]
     default: libvirt
-    version_added: 0.2.0
+    version_added: 0.1.0
   events:
     description: How many of the latest events of the cluster's history to show.
     type: int
     default: 10
-    version_added: 0.2.0
+    version_added: 0.1.0
   connect_timeout:
     description: Seconds to wait for a hypervisor's libvirt to answer.
     type: float
@@ -106,13 +106,13 @@ events:
   returned: success
   type: list
   elements: dict
-  version_added: 0.2.0
+  version_added: 0.1.0
 ha_disarmed:
   description: The cluster's disarm flag (C(by), C(reason), C(since)) while automatic
     evacuation is paused by C(playbooks/disarm.yml), else null.
   returned: success
   type: dict
-  version_added: 0.3.0
+  version_added: 0.1.0
 table:
   description: The same as text tables, after a line saying so when HA is disarmed.
   returned: success

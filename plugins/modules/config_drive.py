@@ -33,7 +33,7 @@ options:
         drive. Mutually exclusive with O(name).
     type: list
     elements: dict
-    version_added: 0.2.0
+    version_added: 0.1.0
   state:
     description: Whether the drive exists.
     type: str

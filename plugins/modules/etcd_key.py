@@ -39,7 +39,7 @@ options:
         the module and connects to etcd once per key. Mutually exclusive with O(key).
     type: list
     elements: dict
-    version_added: 0.2.0
+    version_added: 0.1.0
   value:
     description:
       - The value the key should hold. Required with O(state=present), refused

@@ -35,7 +35,7 @@ options:
         once per domain. Mutually exclusive with O(name).
     type: list
     elements: dict
-    version_added: 0.2.0
+    version_added: 0.1.0
   state:
     description:
       - V(present) defines the domain and leaves it as it is.
@@ -164,7 +164,7 @@ options:
             libvirt because etcd is out of reach then.
         type: str
         choices: [ha, plain, preemptible]
-        version_added: 0.2.0
+        version_added: 0.1.0
   xml:
     description:
       - Raw domain XML, instead of O(spec). Its name must be O(name).

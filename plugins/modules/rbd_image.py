@@ -34,7 +34,7 @@ options:
         image. Mutually exclusive with O(name).
     type: list
     elements: dict
-    version_added: 0.2.0
+    version_added: 0.1.0
   state:
     description: What to do.
     type: str

@@ -347,3 +347,26 @@ def test_a_key_not_rewritten_for_its_ttl_ends_its_lease_though_etcd_renewed_it(
         finally:
             stop.set()
             beater.join()
+
+
+def test_tls_files_left_empty_in_the_rulebook_come_from_the_environment(
+        etcd_tls, cluster, monkeypatch):
+    """EDA controller injects a credential's files as environment variables only; the
+    rulebook's arguments for them template to ''."""
+    for name, variable in (("ca_cert", "YASCO_ETCD_CA_CERT"),
+                           ("client_cert", "YASCO_ETCD_CLIENT_CERT"),
+                           ("client_key", "YASCO_ETCD_CLIENT_KEY")):
+        monkeypatch.setenv(variable, getattr(etcd_tls, name))
+    with etcd_tls.client() as client:
+        lease = register(client, cluster, "hv1", ttl=1)
+        register(client, cluster, "hv2")
+        source = RunningSource({"endpoints": [etcd_tls.url], "cluster": cluster,
+                                "leader_ttl": 2, "settle": 0.3, "ca_cert": "",
+                                "client_cert": "", "client_key": ""})
+        try:
+            wait_until_leading(source)
+            del lease  # not renewed: it expires
+            down = source.next()
+            assert (down["type"], down["hosts"]) == ("host_down", ["hv1"])
+        finally:
+            source.stop()

@@ -103,24 +103,31 @@ options:
     description:
       - The CA of etcd's server certificates, for https endpoints. An empty string is
         the same as not set, so a rulebook can pass a variable that may be empty.
+      - When not set, the environment variable C(YASCO_ETCD_CA_CERT) is used, as EDA
+        controller's credential injectors set it.
     type: str
   client_cert:
     description:
       - A client certificate, when etcd requires one. It must have no common name
         when etcd has authentication on (see C(docs/security.md)).
+      - When not set, the environment variable C(YASCO_ETCD_CLIENT_CERT) is used.
     type: str
   client_key:
-    description: The client certificate's key.
+    description:
+      - The client certificate's key.
+      - When not set, the environment variable C(YASCO_ETCD_CLIENT_KEY) is used.
     type: str
   username:
     description:
       - The etcd user, which needs to read the cluster's keys and write C(watchers/)
         and C(hosts/) (role C(yasco-watcher)).
+      - When not set, the environment variable C(YASCO_ETCD_USERNAME) is used.
     type: str
   password:
     description:
       - Its password. Pass it from a vaulted variable or an EDA credential, never in
         the rulebook's text.
+      - When not set, the environment variable C(YASCO_ETCD_PASSWORD) is used.
     type: str
 """
 
@@ -182,10 +189,17 @@ def _disarm_text(flag: dict[str, Any]) -> str:
             f"{flag.get('reason', 'no reason given')}")
 
 
+# Where an unset connection option comes from, as for the modules. EDA controller
+# hands a credential's files to ansible-rulebook only through the environment.
+_ENVIRONMENT = {"ca_cert": "YASCO_ETCD_CA_CERT", "client_cert": "YASCO_ETCD_CLIENT_CERT",
+                "client_key": "YASCO_ETCD_CLIENT_KEY", "username": "YASCO_ETCD_USERNAME",
+                "password": "YASCO_ETCD_PASSWORD"}
+
+
 def _client(args: dict[str, Any], timeout: float) -> EtcdClient:
     # A rulebook templates every argument, an unset variable into ''.
-    options = {name: args.get(name) or None
-               for name in ("ca_cert", "client_cert", "client_key", "username", "password")}
+    options = {name: args.get(name) or os.environ.get(variable) or None
+               for name, variable in _ENVIRONMENT.items()}
     return EtcdClient(args["endpoints"], timeout=timeout, **options)
 
 

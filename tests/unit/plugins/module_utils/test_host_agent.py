@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.yasco.cluster.plugins.module_utils import host_agent
 from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
     AgentConfig, ConfigError)
 
 ROOT = Path(__file__).resolve().parents[4]
 AGENT = ROOT / "roles" / "agent" / "files" / "yasco_agent.py"
-COLLECTIONS = ROOT / "collections"
+# The directory holding ansible_collections/, as this test imported it: the checkout's
+# collections/ link under pytest, the collection tree's parent under ansible-test.
+COLLECTIONS = Path(host_agent.__file__).parents[5]
 GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
 
 

@@ -36,6 +36,14 @@ def params(**changes):
     return {**base, **changes}
 
 
+@pytest.fixture(autouse=True)
+def operator_pythonpath(monkeypatch):
+    """ansible-playbook runs as an operator runs it: ansible-test units puts a copy of
+    ansible holding only module_utils on PYTHONPATH for module tests, with which
+    ansible-playbook cannot start."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+
+
 @pytest.fixture(name="conn")
 def fixture_conn():
     conn = libvirt.open(URI)  # holds the driver's state for the test
