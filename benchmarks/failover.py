@@ -48,6 +48,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClie
 from provision import lab_inventory, lab_status  # noqa: E402
 from yasco_lab import hypervisor, layout, storage  # noqa: E402
 from yasco_lab.credentials import etcd_client  # noqa: E402
+from yasco_lab.errors import LabError  # noqa: E402
+from yasco_lab.waiting import wait_until as wait  # noqa: E402
 
 CLUSTER = layout.CLUSTER_NAME
 
@@ -69,16 +71,6 @@ def inventory(lab: dict, count: int, where: Path) -> tuple[Path, list[str]]:
     names = [f"fo{i:02d}" for i in range(count)]
     vms = {name: {"ha": True, "home": f"hv{i % 3 + 1}"} for i, name in enumerate(names)}
     return lab_inventory(lab, where, vms, 8192), names
-
-
-def wait(what: str, condition, timeout: float, every: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every)
-    raise SystemExit(f"{what}: not within {timeout} s")
 
 
 def watcher_event_time(log: Path, host: str, since: float,
@@ -290,4 +282,7 @@ def vdm_hold_down(inv: Path) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except LabError as err:  # the lab did not get where a run waited for it
+        sys.exit(f"failover: {err}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 from pathlib import Path
 
 import yaml
@@ -20,7 +22,6 @@ HOST_CAPACITY = {"vcpus": 4, "memory_mb": 1024}
 HOST_RESERVED = {"vcpus": 0, "memory_mb": 128}
 # Settings go in group_vars/all/ (not all.yml): the VDM is planned into the same
 # directory, and Ansible reads a group's directory or its .yml file, never both.
-GENERATED_FILES = ("hosts.yml", "group_vars/all/lab.yml")
 HEADER = "# Written by `yasco-lab up`, removed by `yasco-lab down`: do not edit.\n"
 
 
@@ -87,16 +88,26 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
         # Any VM without boot settings of its own boots the canary guest.
         "yasco_vm_defaults": {**canary, "memory_mb": 128, "vcpus": 1, "disk_gb": 1},
     }
-    (root / "hosts.yml").write_text(HEADER + yaml.safe_dump(inventory, sort_keys=False))
+    (root / "hosts.yml").write_text(HEADER + _dump(inventory))
     (root / "group_vars" / "all" / "lab.yml").write_text(
-        HEADER + "---\n" + yaml.safe_dump(group_vars, sort_keys=False))
+        HEADER + "---\n" + _dump(group_vars))
     return root
 
 
+class _Dumper(yaml.SafeDumper):
+    """Lists indented under their key, as yamllint (and so ansible-lint) wants them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _dump(data: dict) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False)
+
+
 def remove() -> None:
+    """The lab's inventory files gone: what `up` wrote, and what was written beside it
+    for the lab's cluster alone (the VDM plan.yml wrote, the demo's VMs)."""
     root = inventory_dir()
-    for name in GENERATED_FILES:
-        (root / name).unlink(missing_ok=True)
-    for directory in (root / "group_vars" / "all", root / "group_vars"):
-        if directory.is_dir() and not any(directory.iterdir()):
-            directory.rmdir()
+    (root / "hosts.yml").unlink(missing_ok=True)
+    shutil.rmtree(root / "group_vars", ignore_errors=True)

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import yaml
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.yasco.cluster.plugins.module_utils import vdm_document
+from ansible_collections.yasco.cluster.plugins.module_utils import atomic_file, vdm_document
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     VdmInputError, load_problem, problem_digest)
@@ -88,24 +87,6 @@ def _dump(vdm: dict) -> str:
                                              default_flow_style=False, width=100)
 
 
-def _write(path: str, text: str) -> None:
-    """Replace the file atomically: a reader sees the old map or the new one."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=".yasco_vdm.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-
-
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -167,7 +148,8 @@ class ActionModule(ActionBase):
         after = _dump(vdm)
         changed = before != after
         if changed and not self._task.check_mode:
-            _write(path, after)
+            # A reader (a playbook starting) sees the old map or the new one.
+            atomic_file.replace(path, after.encode("utf-8"))
         if self._task.diff and changed:
             result["diff"] = {"before": before, "after": after,
                               "before_header": path, "after_header": path}

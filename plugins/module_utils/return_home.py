@@ -11,9 +11,10 @@ still hold (the hypervisors may not, see docs/security.md), lift its fence, star
 plain VMs that
 start at home, live-migrate its VMs back (HA VMs from their spare slots, any VM a
 drain moved) in waves that never overload a host,
-then restart the preemptible VMs that were stopped to make room, where there is room
-again. Every record changes by compare-and-swap on the record as read, so a rerun or
-a concurrent evacuation can never make a VM run twice.
+then restart the preemptible VMs that were stopped to make room, and those that
+went down with the host, where there is room again. Every record changes by
+compare-and-swap on the record as read, so a rerun or a concurrent evacuation can
+never make a VM run twice.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     for move in moves:
         after[move["vm"]] = move["to"]
 
-    restart, waiting = _preempted_restarts(vms, vdm, by_name, hosts, after, cluster)
+    restart, waiting = _preempted_restarts(vms, vdm, by_name, hosts, after, host, cluster)
     # The disks whose locks the host's fenced clients may still hold.
     ran_here = (stale_names | {a["vm"] for a in autostart}
                 | {name for name, home in vdm["home"].items() if home == host})
@@ -177,16 +178,23 @@ def _unfence(host: str, fence: dict[str, Any] | None, cluster: str,
                       "details": {"ceph_addrs": list(fence.get("ceph_addrs") or [])}}}
 
 
-def _preempted_restarts(vms, vdm, by_name, hosts, after, cluster):
-    """The preempted VMs to start at home, highest priority first, where their home is
-    up and has room with every VM where it will be; and those that must wait."""
+def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
+    """The preemptible VMs to start at home, highest priority first, where their home
+    is up and has room with every VM where it will be; and those that must wait. They
+    are those stopped to make room, and those homed on the returning host that went
+    down with it: spare room they may use again, once the HA VMs are back."""
     sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
     load = loads(after, sizes, capacity)
     restart, waiting = [], []
+    down_with_host = {"host": returning, "state": "down"}
     preempted = [vm for vm in vms.values()
-                 if (vm.get("record") or {}).get("state") == "preempted"
-                 and not vm.get("running_on")]
+                 if not vm.get("running_on")
+                 and ((vm.get("record") or {}).get("state") == "preempted"
+                      or (vm.get("record") == down_with_host
+                          and vdm["home"].get(vm["name"]) == returning
+                          and (vdm.get("vms") or {}).get(vm["name"], {}).get("kind")
+                          == "preemptible"))]
 
     def order(vm):
         return (-by_name.get(vm["name"], {}).get("priority", 0), vm["name"])

@@ -171,3 +171,22 @@ def test_every_vm_a_drain_moved_away_comes_back():
     assert done["autostart"] == []
     moves = {(m["vm"], m["from"], m["to"]) for wave in done["waves"] for m in wave}
     assert ("plain", "hv3", "hv1") in moves
+
+
+def test_a_preemptible_vm_that_went_down_with_its_home_restarts_there_once_there_is_room():
+    vdm = {**VDM, "vms": {**VDM["vms"],
+                          "scratch": {"kind": "preemptible", "vcpus": 1, "memory_mb": 512}},
+           "home": {**VDM["home"], "scratch": "hv1"}}
+    items = ITEMS + [{**item("plain"), "name": "scratch", "autostart_on_home": False,
+                      "domain": {"name": "scratch", "spec": {"kind": "preemptible"}}}]
+    down = {"host": "hv1", "state": "down"}
+    done = plan(status({**AFTER_EVACUATION, "scratch": (down, [])}), vdm, items, "hv1", "c1")
+    # Not with the plain VMs that start at once: after the HA VMs are home, with room.
+    assert "scratch" not in [s["vm"] for s in done["autostart"]]
+    assert [(r["vm"], r["host"], r["record"]["if_value"]) for r in done["restart"]] == [
+        ("batch", "hv2", {"host": "hv2", "state": "preempted"}), ("scratch", "hv1", down)]
+    # One homed elsewhere and down is not this return's to start.
+    elsewhere = {**vdm, "home": {**vdm["home"], "scratch": "hv3"}}
+    done = plan(status({**AFTER_EVACUATION, "scratch": (down, [])}), elsewhere, items,
+                "hv1", "c1")
+    assert [r["vm"] for r in done["restart"]] == ["batch"]

@@ -1,0 +1,79 @@
+"""`make demo` (scripts/demo, lab/yasco_lab/demo.py) as a newcomer runs it: it replaces
+the lab, tells the whole story, writes the report and leaves the lab up with its VMs
+at home and no watcher behind."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from yasco_lab import lab as lab_verbs
+from yasco_lab import layout
+from yasco_lab.credentials import etcd_client
+from yasco_lab.demo import VMS
+from yasco_lab.errors import LabError
+
+from ..ansible_run import ROOT
+from .lab_cluster import records
+from .conftest import yasco_lab
+
+SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Crash", "Boot", "Summary", "Report"]
+
+
+@pytest.fixture(name="demo", scope="module")
+def fixture_demo(lab):
+    """The demo's output; the lab put back as the other tests had it afterwards."""
+    done = subprocess.run([str(ROOT / "scripts" / "demo")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=900, check=False)
+    yield done
+    try:
+        lab_verbs.down(log=lambda _: None)
+    except LabError:
+        pass
+    yasco_lab("up")
+
+
+def test_the_demo_tells_each_step_in_order(demo):
+    assert demo.returncode == 0, demo.stdout[-4000:] + demo.stderr[-3000:]
+    titles = re.findall(r"^== (.*)$", demo.stdout, flags=re.M)
+    assert [next(s for s in SECTIONS if t.startswith(s)) for t in titles] == SECTIONS
+    assert "Traceback" not in demo.stdout + demo.stderr
+
+
+def test_each_ha_vm_of_the_crashed_host_runs_writes_and_comes_back(demo):
+    crashed = re.search(r"^== Crash (hv\d)$", demo.stdout, flags=re.M).group(1)
+    plan = re.search(rf"^  if {crashed} fails: (.*)$", demo.stdout, flags=re.M).group(1)
+    moving = dict(re.findall(r"(\w+) -> (hv\d)", plan))
+    assert moving, plan
+    for vm, target in moving.items():
+        assert f"{vm} writes again on {target}" in demo.stdout
+        row = re.search(rf"^  {vm} +HA +{crashed} +ran on {target} +(.*)$", demo.stdout,
+                        flags=re.M)
+        running, writing, back, pause = re.findall(r"([\d.]+) s", row.group(1))
+        assert float(running) <= float(writing)
+        assert float(back) > 0 and float(pause) < 5
+    assert f"{crashed} fenced off Ceph" in demo.stdout
+    assert f"{crashed}'s fence lifted" in demo.stdout
+
+
+def test_the_lab_stays_up_with_every_vm_at_home_and_no_watcher_left(demo, lab):
+    assert lab_verbs.status()["up"]
+    stored = records(lab)
+    assert {name: stored[name]["state"] for name in VMS} == {name: "running" for name in VMS}
+    watchers = subprocess.run(["pgrep", "-f", "ansible-rulebook"], capture_output=True,
+                              check=False)
+    assert watchers.returncode == 1, watchers.stdout
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        assert not etcd.get_prefix(etcd_keys.fences_prefix(cluster=layout.CLUSTER_NAME))
+
+
+def test_the_report_shows_every_host_and_vm(demo):
+    report = Path(re.search(r"^  (\S+report\.html)", demo.stdout, flags=re.M).group(1))
+    html = report.read_text()
+    assert (report.parent / "report.png").stat().st_size > 10_000
+    for name in [*VMS, "hv1", "hv2", "hv3"]:
+        assert name in html, name
