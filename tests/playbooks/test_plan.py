@@ -110,3 +110,20 @@ def test_a_group_vars_file_that_the_map_would_hide_is_refused(tmp_path, name):
     assert rc != 0
     assert f"group_vars/{name} exists, and Ansible ignores it" in task["msg"]
     assert not (inv / "group_vars" / "all").exists()
+
+
+def test_rebalance_moves_lets_that_many_vms_move_to_a_new_host(tmp_path):
+    inv = inventory(tmp_path, VMS)
+    assert run_plan(inv)[0] == 0
+    homes = written(inv)["home"]
+    # A fourth hypervisor joins: keeping homes moves nothing onto it.
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    hosts["all"]["children"]["yasco_hypervisors"]["hosts"]["hv4"] = HOSTS["hv1"]
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    rc, task = run_plan(inv)
+    assert rc == 0 and task["moved"] == [] and written(inv)["home"] == homes
+    rc, task = run_plan(inv, "-e", "yasco_rebalance_moves=1")
+    assert rc == 0 and len(task["moved"]) == 1, task
+    (moved,) = task["moved"]
+    assert written(inv)["home"] == {**homes, moved: written(inv)["home"][moved]}
+    assert written(inv)["home"][moved] != homes[moved]
