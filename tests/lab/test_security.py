@@ -8,6 +8,8 @@ etcd or Ceph did (or refused) and what the operator reads.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import uuid
 from pathlib import Path
@@ -232,3 +234,48 @@ def test_no_secret_reaches_the_output_and_none_is_world_readable(lab, tmp_path):
     assert len(private) >= 15
     for path in private:
         assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+
+
+def test_the_ceph_set_up_in_the_production_guide_is_what_the_lab_runs(lab):
+    """docs/production.md's pool and cephx users, command for command as `yasco-lab up`
+    makes them (lab/yasco_lab/ceph.py), and the users' caps as Ceph holds them."""
+    text = (ROOT / "docs" / "production.md").read_text()
+    section = text[text.index("## 2. Ceph"):text.index("## 3.")]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    pool = layout.CEPH_POOL
+    assert commands[0] == ["ceph", "osd", "pool", "create", pool]  # the lab adds PGs
+    assert commands[1] == ["rbd", "pool", "init", pool]
+    assert commands[2:] == [["ceph", "auth", "get-or-create", f"client.{client}", *caps]
+                            for client, caps in ceph.CEPH_CAPS.items()]
+    for client, caps in ceph.CEPH_CAPS.items():
+        held = ceph.ceph_cli("auth", "get", f"client.{client}")
+        for daemon, cap in zip(caps[::2], caps[1::2]):
+            assert f'caps {daemon} = "{cap}"' in held.replace('\\"', '"'), (client, held)
+    assert pool in ceph.ceph_cli("osd", "pool", "ls")
+
+
+def test_reading_etcd_by_hand_as_the_docs_show_works_as_the_reader(lab):
+    """docs/etcd-schema.md's etcdctl lines, run as written (bash, with its alias), on
+    the lab: the hosts' keys, a VM's record with its revisions, and the watch."""
+    text = (ROOT / "docs" / "etcd-schema.md").read_text()
+    section = text[text.index("## Reading it by hand"):]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    record = etcd_keys.vm_key("web1", cluster=layout.CLUSTER_NAME)
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        etcd.put_json(record, {"host": "hv1", "state": "running"})
+        try:
+            shell = subprocess.Popen(["bash", "-O", "expand_aliases", "-c", block],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                out, err = shell.communicate(timeout=8)  # the watch never ends by itself
+            except subprocess.TimeoutExpired:
+                shell.kill()
+                out, err = shell.communicate()
+        finally:
+            etcd.delete(record)
+    assert "Error" not in err, err
+    for host in ("hv1", "hv2", "hv3"):
+        assert etcd_keys.alive_key(host, cluster=layout.CLUSTER_NAME) in out
+    assert '"mod_revision"' in out
+    assert "PUT" in out  # the watch saw the agents' keepalives rewrite their keys
