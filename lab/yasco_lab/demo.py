@@ -137,8 +137,9 @@ def start_watcher(etcd, log: Path, clock: Clock) -> subprocess.Popen:
                                    stdout=out, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     leader = etcd_keys.watchers_leader_key(cluster=CLUSTER)
-    wait_until("the watcher to lead", lambda: etcd.get(leader) is not None
-         or watcher.poll() is not None, 90, every=0.5)
+    wait_until("the watcher to lead",
+               lambda: etcd.get(leader) is not None or watcher.poll() is not None, 90,
+               every=0.5)
     if watcher.poll() is not None:
         raise DemoError(f"the HA watcher exited; its log is {log}")
     clock.say(f"the HA watcher runs (rulebooks/ha.yml), its log {log}")
