@@ -34,6 +34,8 @@ LAB = r"\.venv/bin/yasco-lab "
 ETCD_DEMO = "tests/etcd/test_etcd_modules.py::"
 HA = "tests/lab/test_ha.py::"
 REPORT = "tests/etcd/test_report_playbook.py::"
+POWER = "tests/lab/test_power_and_backup.py::"
+BACKUP_TEST = "test_a_wiped_canary_resumes_from_its_full_and_then_its_incremental_backup"
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,19 @@ COVERAGE = [
     Covered(PLAYBOOK + r"awx_configure\.yml -e @\S+ --ask-vault-pass", r'"awx_configure\.yml"',
             ("tests/playbooks/test_awx_configure.py::test_the_playbook_passes_ansible_playbooks_syntax_check",
              "tests/playbooks/test_awx_configure.py::test_every_awx_call_as_rendered_fits_its_modules_argument_spec")),
+    # docs/power.md and docs/backup.md: run on the lab, the shutdown through the UPS
+    # trigger, which runs it as written.
+    Covered(PLAYBOOK + r"emergency_shutdown\.yml( \[-e yasco_emergency_deadline=\d+\])?",
+            r"yasco_emergency_trigger", (POWER + "test_an_emergency_shutdown_evacuates_nothing_and_a_cold_start_brings_all_home",)),  # noqa: E501 - a test's node id
+    Covered(PLAYBOOK + r"cold_start\.yml( \[-e yasco_cold_start_gate=\w+\])?", r'"cold_start"',
+            (POWER + "test_an_emergency_shutdown_evacuates_nothing_and_a_cold_start_brings_all_home",)),  # noqa: E501 - a test's node id
+    Covered(PLAYBOOK + r"snapshot\.yml -e yasco_vms_selected=\S+( \[-e yasco_snapshot_\w+=\w+\])*",
+            r'playbook\("snapshot"', (POWER + BACKUP_TEST,)),
+    Covered(PLAYBOOK + r"backup\.yml -e yasco_vms_selected=\S+ -e yasco_backup_dir=\S+"
+            r"( \[-e yasco_backup_full=true\])?", r'playbook\("backup"', (POWER + BACKUP_TEST,)),
+    Covered(PLAYBOOK + r"restore\.yml -e yasco_vm=\S+ -e yasco_backup_dir=\S+"
+            r"( \[-e yasco_backup_snapshot=\S+\])?( \[-e yasco_restore_in_place=true\])?",
+            r'playbook\("restore"', (POWER + BACKUP_TEST,)),
     Covered(r"ansible-galaxy collection build --force", r'"collection", "build"',
             ("tests/test_collection_build.py::test_ansible_playbook_runs_the_playbooks_by_fqcn",
              "tests/test_repository.py::test_collection_builds_without_the_lab_or_the_venv")),

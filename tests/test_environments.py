@@ -37,8 +37,8 @@ BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
 # bindep's view of that image, as assemble runs it there (`bindep -l newline`).
 DEBIAN = ("default", "platform:dpkg", "platform:debian")
 # Bindings the distribution builds for its python3 (rados and rbd are on no index at all).
-DISTRO_BINDINGS = {"libvirt": "python3-libvirt", "rados": "python3-rados",
-                   "rbd": "python3-rbd"}
+DISTRO_BINDINGS = {"libvirt": "python3-libvirt", "libvirt_qemu": "python3-libvirt",
+                   "rados": "python3-rados", "rbd": "python3-rbd"}
 OURS = f"ansible_collections.{GALAXY['namespace']}.{GALAXY['name']}."
 # ansible-core, in every image, brings these along (PyYAML, cryptography, Jinja2, ...).
 ANSIBLE_CORE_DEPENDENCIES = {canonicalize_name(Requirement(r).name)

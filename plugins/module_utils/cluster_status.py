@@ -75,7 +75,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         if alive is not None and alive.lease:
             lease = etcd.lease_info(alive.lease, keys=False)
             ttl = lease.ttl if lease else None
-        maintenance = etcd_keys.maintenance_key(name, cluster=cluster) in stored
+        marker = stored.get(etcd_keys.maintenance_key(name, cluster=cluster))
+        maintenance = marker is not None
         if params["domains_from"] == "agents":
             published = etcd_keys.domains_prefix(name, cluster=cluster)
             domains = {key[len(published):]: (from_json(kv.value, key) or {}).get(
@@ -102,6 +103,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
             "fenced": fence is not None,
             "fence": from_json(fence.value, fence.key) if fence else None,
             "maintenance": maintenance,
+            # Who marked it (a drain, the agent's graceful stop, an emergency shutdown).
+            "maintenance_marker": from_json(marker.value, marker.key) if marker else None,
             "libvirt": reachable,
             "domains": sorted(domains or {}),
         })

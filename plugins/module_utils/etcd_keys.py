@@ -79,6 +79,13 @@ def maintenance_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{host_prefix(host, cluster=cluster)}maintenance"
 
 
+# Who writes a maintenance marker for a stop of their own (its `by`): the agent's
+# planned stop, the drain, and the emergency shutdown. Anyone else's marker is an
+# operator's request to drain the host.
+EMERGENCY_SHUTDOWN = "emergency_shutdown"
+PLANNED_MAINTENANCE = ("agent", "drain", EMERGENCY_SHUTDOWN)
+
+
 def domains_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     """The domains the host's agent reports running there."""
     return f"{host_prefix(host, cluster=cluster)}domains/"

@@ -46,6 +46,9 @@ LIBVIRT_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
 # for the kernel's TCP timeout, minutes.
 _TRANSPORT_PORTS = {"ssh": 22, "libssh": 22, "libssh2": 22, "tcp": 16509, "tls": 16514}
 
+# The virtio-serial port the QEMU guest agent (qemu-guest-agent) listens on.
+GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
+
 STATES = {0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown",
           5: "shutoff", 6: "crashed", 7: "pmsuspended"}
 
@@ -217,6 +220,9 @@ def render_domain_xml(name: str, spec: dict[str, Any]) -> str:
     else:
         serial = _sub(devices, "serial", type="pty")
         _sub(serial, "target", port=0)
+    if spec.get("guest_agent"):
+        channel = _sub(devices, "channel", type="unix")
+        _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
     _sub(devices, "memballoon", model="none")
     ET.indent(domain)
     return ET.tostring(domain, encoding="unicode") + "\n"
@@ -296,7 +302,14 @@ def domain_summary(xml: str, what: str = "domain XML") -> dict[str, Any]:
         "nics": nics,
         "serials": serials,
         "kind": _kind(root),
+        "guest_agent": has_guest_agent_channel(root),
     }
+
+
+def has_guest_agent_channel(root: ET.Element) -> bool:
+    """Whether a domain's XML has the QEMU guest agent's channel."""
+    return any(target.get("name") == GUEST_AGENT_CHANNEL
+               for target in root.findall("devices/channel/target"))
 
 
 def _kind(root: ET.Element) -> str | None:
@@ -396,17 +409,24 @@ def undefine(dom) -> None:
         _call(f"domain {dom.name()}: undefine", dom.undefineFlags, flags)
 
 
-def shutdown(dom, timeout: float) -> None:
-    """Ask the guest to power off (ACPI) and wait until it has."""
+def shutdown(dom, timeout: float, destroy_after: bool = False) -> bool:
+    """Ask the guest to power off (ACPI) and wait until it has. A guest still running
+    after `timeout` is destroyed when `destroy_after`, and otherwise an error; whether
+    it was destroyed."""
     _call(f"domain {dom.name()}: shutdown", dom.shutdown)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not dom.isActive():
-            return
+            return False
         time.sleep(0.2)
+    if destroy_after:
+        if dom.isActive():
+            destroy(dom)
+        return True
     raise LibvirtAdapterError(
         f"domain {dom.name()}: still running {timeout:g} s after an ACPI shutdown request; "
-        "its guest may ignore ACPI: use state=destroyed to power it off")
+        "its guest may ignore ACPI: use state=destroyed, or destroy_after_timeout, to "
+        "power it off")
 
 
 def set_autostart(dom, autostart: bool) -> bool:

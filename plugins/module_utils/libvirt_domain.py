@@ -180,7 +180,10 @@ class DomainRun:
 
     def stop(self, dom) -> None:
         if self.params["state"] == "shutdown":
-            self._do("shutdown", lv.shutdown, dom, self.params["timeout"])
+            destroyed = self._do("shutdown", lv.shutdown, dom, self.params["timeout"],
+                                 self.params["destroy_after_timeout"])
+            if destroyed:  # the guest ignored the request: say so
+                self.actions.append("destroy")
         else:
             self._do("destroy", lv.destroy, dom)
 

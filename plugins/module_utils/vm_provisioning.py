@@ -18,7 +18,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
 # The VM fields provisioning reads (the planner's fields are checked by vdm_model).
 BOOT_KEYS = {"image", "disk_gb", "kernel", "initrd", "cmdline", "networks", "cloud_init",
-             "autostart_on_home"}
+             "autostart_on_home", "guest_agent"}
 CLOUD_INIT_KEYS = {"user_data", "meta_data", "network_config"}
 CLUSTER_KEYS = ("pool", "monitors", "ceph_user", "secret_uuid", "virt_type")
 
@@ -134,6 +134,10 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
         for key in ("kernel", "initrd", "cmdline"):
             if spec.get(key):
                 domain[key] = spec[key]
+        if spec.get("guest_agent") not in (None, True, False):
+            problems.append(f"VM {name}: guest_agent must be true or false")
+        elif spec.get("guest_agent"):
+            domain["guest_agent"] = True
         autostart = spec.get("autostart_on_home", True)
         if not isinstance(autostart, bool):
             problems.append(f"VM {name}: autostart_on_home must be true or false")

@@ -82,7 +82,8 @@ hypervisors:
     registered, such as C(address) and C(ceph_addrs), or null), C(alive),
     C(boot_id) (the boot its agent runs in now, or null when not alive),
     C(lease_ttl), C(fenced), C(fence) (its C(fences/<host>) record, or null),
-    C(maintenance), C(libvirt) (reachable or not) and C(domains).
+    C(maintenance), C(maintenance_marker) (its marker, which says who set it, or
+    null), C(libvirt) (reachable or not) and C(domains).
   returned: success
   type: list
   elements: dict

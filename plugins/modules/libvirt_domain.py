@@ -157,6 +157,14 @@ options:
           - Write the serial console to this file on the hypervisor (appending), instead
             of a pseudo-terminal.
         type: path
+      guest_agent:
+        description:
+          - Give the guest a channel for the QEMU guest agent (C(qemu-guest-agent) in
+            the guest), which lets YASCO freeze its filesystems for a consistent
+            snapshot and see that its OS is up.
+        type: bool
+        default: false
+        version_added: 0.1.0
       kind:
         description:
           - The VM's kind in YASCO, kept in the domain's metadata. The host agent
@@ -183,6 +191,16 @@ options:
     description: Seconds to wait for a shutdown or a live migration before failing.
     type: float
     default: 120
+  destroy_after_timeout:
+    description:
+      - With O(state=shutdown), power the domain off at once (as V(destroyed) does) when
+        its guest is still running O(timeout) seconds after the ACPI request, instead of
+        failing. RV(actions) then ends with C(destroy).
+      - With O(domains) and O(parallel), a host's guests are asked to shut down at the
+        same time, so the whole batch takes about O(timeout) at most.
+    type: bool
+    default: false
+    version_added: 0.1.0
   migrate_tls:
     description:
       - Whether a live migration to O(target_uri) runs over QEMU's TLS, the guest's
@@ -261,6 +279,13 @@ EXAMPLES = r"""
       yasco.cluster.libvirt_domain:
         name: web1
         state: destroyed
+
+    - name: Shut web1 down, powering it off if it ignores ACPI for a minute
+      yasco.cluster.libvirt_domain:
+        name: web1
+        state: shutdown
+        timeout: 60
+        destroy_after_timeout: true
 
     - name: Remove web1, leaving its disk
       yasco.cluster.libvirt_domain:
@@ -345,6 +370,7 @@ SPEC_OPTIONS = {
              "required_one_of": [["network", "bridge"]]},
     "serial_log": {"type": "path"},
     "kind": {"type": "str", "choices": ["ha", "plain", "preemptible"]},
+    "guest_agent": {"type": "bool", "default": False},
 }
 
 
@@ -360,6 +386,7 @@ def main(module_class=AnsibleModule) -> None:
             "autostart": {"type": "bool", "default": False},
             "target_uri": {"type": "str"},
             "timeout": {"type": "float", "default": 120.0},
+            "destroy_after_timeout": {"type": "bool", "default": False},
             "migrate_tls": {"type": "bool", "default": True},
         },
         option="domains",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
 import sys
 from typing import Any
 
@@ -48,8 +49,9 @@ class _Exited(BaseException):
 
 class ControllerModule:
     """What this collection's modules use of AnsibleModule (`params`, `check_mode`,
-    `_diff`, `warn`, `exit_json`, `fail_json`), over the task's arguments validated here the
-    way AnsibleModule validates them, secrets (`no_log`) removed from the result."""
+    `_diff`, `warn`, `run_command`, `exit_json`, `fail_json`), over the task's arguments
+    validated here the way AnsibleModule validates them, secrets (`no_log`) removed
+    from the result."""
 
     def __init__(self, argument_spec: dict[str, Any], supports_check_mode: bool = False,
                  mutually_exclusive=None, required_together=None, required_one_of=None,
@@ -83,6 +85,11 @@ class ControllerModule:
 
     def warn(self, warning: str) -> None:
         self.warnings.append(warning)
+
+    def run_command(self, args: list[str]) -> tuple[int, str, str]:
+        """AnsibleModule.run_command for an argument list: no shell, output as text."""
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout, done.stderr
 
     def exit_json(self, **result: Any) -> None:
         raise _Exited(self._result(result))

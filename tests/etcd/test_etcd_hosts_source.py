@@ -271,11 +271,13 @@ def test_a_planned_stop_is_no_failure_and_an_operators_marker_asks_for_maintenan
         # The agent's graceful stop: its marker, then the end of its lease.
         client.put_json(etcd_keys.maintenance_key("hv1", cluster=cluster), {"by": "agent"})
         client.revoke_lease(lease)
-        # The drain playbook's own marker asks for nothing either.
+        # The drain's and the emergency shutdown's own markers ask for nothing either.
         client.put_json(etcd_keys.maintenance_key("hv3", cluster=cluster), {"by": "drain"})
+        client.put_json(etcd_keys.maintenance_key("hv4", cluster=cluster),
+                        {"by": "emergency_shutdown"})
         client.put_json(etcd_keys.maintenance_key("hv2", cluster=cluster),
                         {"by": "operator", "reason": "firmware"})
-        event = source.next()  # the first event is hv2's request: hv1, hv3 emitted nothing
+        event = source.next()  # the first is hv2's request: hv1, hv3, hv4 emitted nothing
         assert (event["type"], event["hosts"]) == ("maintenance", ["hv2"])
         assert event["marker"] == {"by": "operator", "reason": "firmware"}
         assert event["down"] == []  # hv1 is in maintenance, not down

@@ -4,7 +4,10 @@ playbooks run against it, and where the VMs run by libvirt and by etcd."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -16,7 +19,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
-from yasco_lab import layout
+from yasco_lab import layout, storage
 
 from ..ansible_run import ROOT, run_playbook
 
@@ -115,3 +118,31 @@ def etcd_leader(lab) -> str:
         if status["leader"] == status["header"]["member_id"]:
             return host["name"]
     raise AssertionError("no etcd leader")
+
+
+def start_watcher(inventory: Path, log: Path) -> subprocess.Popen:
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen([str(ROOT / "scripts" / "watch")], cwd=ROOT, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**os.environ, "INV": str(inventory)})
+
+
+def stop_watcher(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def writers(name: str) -> list[tuple[str, int, int]]:
+    """The canary's writers in disk order: (writer, first seq, last seq)."""
+    runs: list[list] = []
+    for record in storage.canary_records(name):
+        if runs and runs[-1][0] == record.writer:
+            runs[-1][2] = record.seq
+        else:
+            runs.append([record.writer, record.seq, record.seq])
+    return [tuple(run) for run in runs]

@@ -10,10 +10,7 @@ fails again during its return is evacuated again."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -29,41 +26,13 @@ from yasco_lab import lab as lab_verbs
 from yasco_lab import credentials, layout, storage
 from yasco_lab.lab import LabState
 
-from ..ansible_run import ROOT, local_play, run_playbook
+from ..ansible_run import local_play, run_playbook
 from .conftest import yasco_lab
 from .lab_cluster import (etcd_leader, history, make_inventory, playbook, records, running,
-                          vdm_of, wait_for)
+                          start_watcher, stop_watcher, vdm_of, wait_for, writers)
 
 BOOT = 180  # seconds for canary guests to boot under TCG on a loaded 2-core machine
 EVACUATE = 120  # seconds from a failure to every HA VM running again, generously
-
-
-def start_watcher(inventory: Path, log: Path) -> subprocess.Popen:
-    out = open(log, "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([str(ROOT / "scripts" / "watch")], cwd=ROOT, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "INV": str(inventory)})
-
-
-def stop_watcher(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def writers(name: str) -> list[tuple[str, int, int]]:
-    """The canary's writers in disk order: (writer, first seq, last seq)."""
-    runs: list[list] = []
-    for record in storage.canary_records(name):
-        if runs and runs[-1][0] == record.writer:
-            runs[-1][2] = record.seq
-        else:
-            runs.append([record.writer, record.seq, record.seq])
-    return [tuple(run) for run in runs]
 
 
 def assert_writers_follow_each_other(name: str) -> None:

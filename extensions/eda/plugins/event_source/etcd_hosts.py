@@ -23,7 +23,8 @@ description:
   - Watches C(/yasco/<cluster>/hosts/) in etcd and emits an event when a hypervisor's
     liveness key disappears because its lease expired (C(host_down)), when a host
     registers again (C(host_up)), and when an operator marks a host for maintenance
-    (C(maintenance); a marker written by the agent or by the drain playbook is none).
+    (C(maintenance); a marker written by the agent, the drain or the emergency shutdown
+    is none).
   - A liveness key removed by the agent's planned stop, which writes a maintenance
     marker first, is no failure and emits nothing.
   - A failure is reported at once when every other host is beating. When another
@@ -432,9 +433,10 @@ class Watcher:
                              details={"registration": event.kv.json()})
         elif parsed.kind == "maintenance" and event.kind == "PUT":
             record = json_or_none(event.kv.value)
-            # The agent's planned stop and the drain playbook write their own markers:
-            # a request is anyone else's.
-            if not (isinstance(record, dict) and record.get("by") in ("agent", "drain")):
+            # The agent's planned stop, the drain and the emergency shutdown write their
+            # own markers: a request is anyone else's.
+            if not (isinstance(record, dict)
+                    and record.get("by") in etcd_keys.PLANNED_MAINTENANCE):
                 await self._emit(queue, "maintenance", [parsed.host],
                                  details={"marker": record})
 

@@ -32,7 +32,7 @@ TASK_SPEC = {"vcpus": 1, "memory_mb": 64, "disks": [{"file": "/tmp/x.img"}]}
 def params(**changes):
     base = {"uri": URI, "connect_timeout": 5.0, "name": "vm1", "state": "running",
             "spec": copy.deepcopy(SPEC), "xml": None, "autostart": False, "target_uri": None,
-            "timeout": 5.0}
+            "timeout": 5.0, "destroy_after_timeout": False}
     return {**base, **changes}
 
 
@@ -264,3 +264,40 @@ def test_a_parallel_batch_runs_every_domain_and_returns_them_in_order(tmp_path):
         *[(name, "running") for name in names[3:]]]
     assert all(r["actions"] == ["define", "start"] for r in ran["results"] if "actions" in r)
     assert refused["failed"] and refused["msg"] == "parallel: must be 1 or more, got 0"
+
+
+def test_a_guest_that_shuts_down_in_time_is_not_destroyed(conn):
+    run()
+    done = run(state="shutdown", destroy_after_timeout=True, timeout=2.0)
+    assert done["actions"] == ["shutdown"] and done["state"] == "shutoff"
+
+
+def test_the_guest_agent_channel_is_defined_when_asked_for_and_compared(conn):
+    run(spec={**SPEC, "guest_agent": True})
+    xml = conn.lookupByName("vm1").XMLDesc(0)
+    assert lv.GUEST_AGENT_CHANNEL in xml
+    assert lv.domain_summary(xml)["guest_agent"] is True
+    assert not run(spec={**SPEC, "guest_agent": True})["changed"]
+    assert run(spec={**SPEC, "guest_agent": False})["pending_restart"]
+
+
+def test_domain_info_tells_a_domain_without_an_agent_from_one_whose_agent_is_silent(conn):
+    from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_guest import DomainInfo
+
+    def info(**changes):
+        base = {"uri": URI, "connect_timeout": 5.0, "name": None, "domains": None,
+                "guest_agent": True}
+        return DomainInfo({**base, **changes}, False).run()
+
+    run()
+    assert info(name="vm1")["domains"] == [
+        {"name": "vm1", "uri": URI, "state": "running", "guest_agent": "no_channel"}]
+    assert info(name="vm1")["no_agent"] == ["vm1"]
+    run(state="shutdown")
+    run(state="running", spec={**SPEC, "guest_agent": True})
+    # The test driver has no guest agent to answer: one that may come up, not ready yet.
+    silent = info(domains=[{"name": "vm1"}, {"name": "nothere"}])
+    assert [d["guest_agent"] for d in silent["domains"]] == ["not_answering", "not_running"]
+    assert silent["not_ready"] == ["vm1", "nothere"]
+    assert silent["domains"][1]["state"] == "undefined"
+    assert "guest_agent" not in info(name="vm1", guest_agent=False)["domains"][0]

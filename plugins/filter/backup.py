@@ -1,0 +1,24 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The filter that tells snapshots, backups and restores which disks of which VMs."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.yasco.cluster.plugins.module_utils.vm_backup import (
+    BackupError, selected_vms)
+
+
+def vm_disks(status, items, selected):
+    """Each selected VM's disks and the host it runs on (see module_utils/vm_backup.py)."""
+    try:
+        return selected_vms(status or {}, items or [], selected)
+    except BackupError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
+class FilterModule:
+    def filters(self):
+        return {"vm_disks": vm_disks}
