@@ -17,15 +17,20 @@ etcd does not record it on a hypervisor left out (that one might still run it).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import images_of
 
 # Who wrote the maintenance markers and the disarm flag of an emergency shutdown: a
 # cold start lifts these, and leaves an operator's own; the watcher drains nothing
 # for them.
 EMERGENCY = etcd_keys.EMERGENCY_SHUTDOWN
+
+
+# A client instance, as Ceph names one: ip:port/nonce.
+CLIENT_ADDRESS = re.compile(r"[^/\s]+:\d+/\d+")
 
 
 class PowerError(Exception):
@@ -168,7 +173,11 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
             still_fenced.append(name)  # the same boot: it may still hold what it ran
         else:
             fences.append(name)
-    usable = [h for h in up if h not in still_fenced]
+    # A host a drain or an operator put in maintenance takes no VM: the watcher would
+    # not evacuate it from there.
+    held = sorted(h for h in up if hosts[h].get("maintenance") and (
+        hosts[h].get("maintenance_marker") or {}).get("by") not in (EMERGENCY, "agent"))
+    usable = [h for h in up if h not in still_fenced and h not in held]
     by_name = {item["name"]: item for item in items}
     priorities = _priorities(vdm, items)
     kinds = {name: entry.get("kind", "plain") for name, entry in (vdm.get("vms") or {}).items()}
@@ -179,22 +188,25 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
         if vm.get("running_on"):
             running.append({"vm": name, "host": vm["running_on"][0]})
             continue
-        why = _why_not(name, home, record, by_name, usable, without, missing, still_fenced)
+        target, why = _where(name, home, record, by_name, usable, without, missing,
+                             still_fenced, held)
         if why:
             left.append({"vm": name, "why": why})
             continue
         item = by_name[name]
+        uri = hosts[target].get("uri") or item["uri"]
         start.append({
-            "vm": name, "host": home, "rank": rank(kinds.get(name, item["kind"]),
-                                                   priorities.get(name, 0)),
-            "images": images_of(item), "domain": {**item["domain"], "uri": item["uri"]},
-            "ref": {"name": name, "uri": item["uri"]},
+            "vm": name, "host": target, "rank": rank(kinds.get(name, item["kind"]),
+                                                     priorities.get(name, 0)),
+            "images": images_of(item), "domain": {**item["domain"], "uri": uri},
+            "ref": {"name": name, "uri": uri},
             "claim": {"key": item["record_key"],
-                      "value": {"host": home, "state": "starting", "by": "cold_start"},
+                      "value": {"host": target, "state": "starting", "by": "cold_start"},
                       **({"if_value": vm["record"]} if vm.get("record") is not None
                          else {"if_revision": 0})},
-            "record": {"key": item["record_key"], "value": {"host": home, "state": "running"}},
-            "event": {"kind": "started", "vm": name, "host": home}})
+            "record": {"key": item["record_key"],
+                       "value": {"host": target, "state": "running"}},
+            "event": {"kind": "started", "vm": name, "host": target}})
     return {
         "wait_for": sorted(set(hosts) - set(without)),
         "missing": missing,
@@ -202,6 +214,7 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
         "without": without,
         "unfence": [_unfence(hosts[name], cluster) for name in fences],
         "still_fenced": still_fenced,
+        "in_maintenance": held,
         "tiers": _tiers(start, descending=True),
         "images": sorted({i for s in start for i in s["images"]}),
         "running": running,
@@ -214,24 +227,31 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
     }
 
 
-def _why_not(name, home, record, by_name, usable, without, missing, still_fenced) -> str:
-    """Why a VM that runs nowhere is not started now; empty when it is."""
+def _where(name, home, record, by_name, usable, without, missing, still_fenced,
+           held) -> tuple[str | None, str]:
+    """Where a VM that runs nowhere starts: its home, or, when its home cannot take
+    it, the host etcd records it on, where it ran last; or why it stays down."""
     if name not in by_name or home is None:
-        return "not in yasco_vms and the VDM: plan again, or remove it (remove_vm.yml)"
+        return None, "not in yasco_vms and the VDM: plan again, or remove it (remove_vm.yml)"
     recorded = record.get("host")
     if recorded in without and recorded != home:
-        return (f"etcd records it on {recorded}, which is left out and may still run it: "
-                f"start it once {recorded} is back or fenced")
+        return None, (f"etcd records it on {recorded}, which is left out and may still run "
+                      f"it: start it once {recorded} is back or fenced")
+    if home in usable:
+        return home, ""
+    if recorded in usable:
+        return recorded, ""
     if home in without:
-        return f"its home {home} is left out: run cold_start.yml again once it is back"
+        return None, f"its home {home} is left out: run cold_start.yml again once it is back"
     if home in missing:
-        return f"its home {home} is not up: run cold_start.yml again once it is back"
+        return None, f"its home {home} is not up: run cold_start.yml again once it is back"
     if home in still_fenced:
-        return (f"its home {home} is fenced and has not rebooted since: run "
-                f"return_home.yml -e yasco_host={home}")
-    if home not in usable:
-        return f"its home {home} cannot take it"
-    return ""
+        return None, (f"its home {home} is fenced and has not rebooted since: run "
+                      f"return_home.yml -e yasco_host={home}")
+    if home in held:
+        return None, (f"its home {home} is in maintenance: undrain it (undrain.yml "
+                      f"-e yasco_host={home}), then run this again")
+    return None, f"its home {home} cannot take it"
 
 
 def _unfence(host: dict[str, Any], cluster: str) -> dict[str, Any]:
@@ -260,8 +280,10 @@ def stale_locks(images: list[dict[str, Any]]) -> dict[str, list[str]]:
         if not result.get("exists"):
             continue
         open_by = {w["address"] for w in image.get("watchers") or []}
-        dead = [lock["address"] for lock in image.get("locks") or []
-                if lock.get("address") and lock["address"] not in open_by]
+        # An exclusive lock may name its owner as a client id; the same lock is listed
+        # again with the client's address among the lockers.
+        held_by = [ceph.lock_address(lock) for lock in image.get("locks") or []]
+        dead = [a for a in held_by if CLIENT_ADDRESS.fullmatch(a or "") and a not in open_by]
         if dead:
             names.append(f"{image['pool']}/{image['name']}")
             addresses += [a for a in dead if a not in addresses]

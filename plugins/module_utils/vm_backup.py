@@ -121,6 +121,14 @@ class BackupRun(_RbdRun):
     """One run of the vm_backup module."""
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        except OSError as err:
+            raise BackupError(f"{self.params['directory']}: cannot write the backup "
+                              f"({err.strerror}: {err.filename}); check the directory's "
+                              "permissions and free space") from err
+
+    def _run(self) -> dict[str, Any]:
         p = self.params
         directory = Path(p["directory"])
         if not directory.is_dir():
@@ -184,6 +192,13 @@ class RestoreRun(_RbdRun):
     """One run of the vm_restore module."""
 
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        except OSError as err:
+            raise BackupError(f"{self.params['directory']}: cannot read the backup "
+                              f"({err.strerror}: {err.filename})") from err
+
+    def _run(self) -> dict[str, Any]:
         p = self.params
         sets = chain(read_sets(Path(p["directory"]), p["vm"]), p["snapshot"])
         images = [d["image"] for d in sets[-1]["disks"]]
@@ -221,34 +236,42 @@ class RestoreRun(_RbdRun):
                   "sets": [s["snapshot"] for s in sets], "images": plan}
         if self.check_mode:
             return result
+        # Every disk imported before any is swapped in: a failed import leaves the VM
+        # with its disks as they were, never half old and half restored.
+        imported = []
+        try:
+            for step in plan:
+                imported.append(step["staging"])
+                self.import_chain(step, sets)
+        except CephError:
+            for staging in imported:  # of no use: gone, so a rerun starts clean
+                self.discard(staging)
+            raise
         for step in plan:
-            self.restore_image(step, sets)
+            if step["aside"]:
+                self.rbd("rename", step["restored"], step["aside"])
+            self.rbd("rename", step["staging"], step["restored"])
         return result
 
-    def restore_image(self, step: dict[str, Any], sets: list[dict[str, Any]]) -> None:
-        """Import the chain into a staging image, then move it into place."""
+    def import_chain(self, step: dict[str, Any], sets: list[dict[str, Any]]) -> None:
+        """Import a disk's chain of sets into its staging image."""
         staging = step["staging"]
-        try:
-            for backup_set in sets:
-                disk = next(d for d in backup_set["disks"] if d["image"] == step["image"])
-                path = str(Path(backup_set["path"]) / disk["file"])
-                if backup_set["kind"] == "full":
-                    self.rbd("import", "--no-progress", path, staging)
-                    # What the next diff starts from, as rbd import-diff checks.
-                    self.rbd("snap", "create", f"{staging}@{backup_set['snapshot']}")
-                else:
-                    self.rbd("import-diff", "--no-progress", path, staging)
-        except CephError:
-            # A half-imported image is of no use: gone, so a rerun starts clean.
-            for args in (("snap", "purge", staging), ("rm", "--no-progress", staging)):
-                try:
-                    self.rbd(*args)
-                except CephError:
-                    pass
-            raise
-        if step["aside"]:
-            self.rbd("rename", step["restored"], step["aside"])
-        self.rbd("rename", staging, step["restored"])
+        for backup_set in sets:
+            disk = next(d for d in backup_set["disks"] if d["image"] == step["image"])
+            path = str(Path(backup_set["path"]) / disk["file"])
+            if backup_set["kind"] == "full":
+                self.rbd("import", "--no-progress", path, staging)
+                # What the next diff starts from, as rbd import-diff checks.
+                self.rbd("snap", "create", f"{staging}@{backup_set['snapshot']}")
+            else:
+                self.rbd("import-diff", "--no-progress", path, staging)
+
+    def discard(self, staging: str) -> None:
+        for args in (("snap", "purge", staging), ("rm", "--no-progress", staging)):
+            try:
+                self.rbd(*args)
+            except CephError:
+                pass  # not created, or gone already
 
 
 def selected_vms(status: dict[str, Any], items: list[dict[str, Any]],

@@ -168,6 +168,9 @@ class SnapshotRun:
             if not snap["name"].startswith(p["prefix"]):
                 continue
             stamp = image.get_snap_timestamp(snap["id"])
+            # Ceph 16's binding returns UTC without saying so.
+            if stamp.tzinfo is None:
+                stamp = stamp.replace(tzinfo=datetime.timezone.utc)
             snaps.append({"name": snap["name"], "protected": image.is_protected_snap(snap["name"]),
                           "timestamp": stamp.astimezone(datetime.timezone.utc)})
         removed = doomed(snaps, p["prefix"], p["keep"], max_age, now, spare)

@@ -88,7 +88,10 @@ class ControllerModule:
 
     def run_command(self, args: list[str]) -> tuple[int, str, str]:
         """AnsibleModule.run_command for an argument list: no shell, output as text."""
-        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, check=False)
+        except OSError as err:  # as AnsibleModule.run_command reports a missing command
+            return 127, "", f"{args[0]}: {err.strerror}"
         return done.returncode, done.stdout, done.stderr
 
     def exit_json(self, **result: Any) -> None:

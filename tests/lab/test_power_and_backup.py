@@ -29,7 +29,7 @@ from .lab_cluster import (history, make_inventory, playbook, records, running, s
                           stop_watcher, wait_for, writers)
 
 BOOT = 180  # seconds for canary guests to boot under TCG on a loaded 2-core machine
-DEADLINE = 60  # the emergency shutdown's, in seconds: four tiers of guests that ignore ACPI
+DEADLINE = 40  # the emergency shutdown's, in seconds: four tiers of guests that ignore ACPI
 TRIGGER = ROOT / "docs" / "examples" / "yasco_emergency_trigger"
 
 

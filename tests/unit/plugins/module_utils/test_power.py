@@ -127,6 +127,17 @@ def test_a_fence_is_lifted_after_a_reboot_and_kept_for_the_same_boot():
     assert "return_home.yml" in next(v["why"] for v in plan["left_down"] if v["vm"] == "db")
 
 
+def test_a_host_a_drain_holds_takes_no_vm_which_starts_where_it_ran_last():
+    hosts = {"hv2": {"maintenance": True, "maintenance_marker": {"by": "drain"}}}
+    records = {**stopped(), "web": {"host": "hv3", "state": "stopped", "by": EMERGENCY}}
+    plan = cold_start_plan(status(running={}, records=records, hosts=hosts), VDM, ITEMS)
+    assert plan["in_maintenance"] == ["hv2"]
+    web = next(v for t in plan["tiers"] for v in t["vms"] if v["vm"] == "web")
+    assert web["host"] == "hv3" and web["domain"]["uri"] == URIS["hv3"]
+    assert web["record"]["value"] == {"host": "hv3", "state": "running"}
+    assert "undrain" in next(v["why"] for v in plan["left_down"] if v["vm"] == "app")
+
+
 def test_only_the_emergency_shutdowns_markers_are_lifted():
     hosts = {"hv1": {"maintenance": True, "maintenance_marker": {"by": EMERGENCY}},
              "hv2": {"maintenance": True, "maintenance_marker": {"by": "drain"}}}
@@ -144,3 +155,8 @@ def test_a_lock_whose_client_no_longer_has_the_image_open_is_stale():
     found = stale_locks([info("a", [dead], []), info("b", [live], ["10.0.0.2:0/222"]),
                          {"exists": False, "image": {}}])
     assert found == {"addresses": ["10.0.0.1:0/111"], "images": ["yasco/a"]}
+    # QEMU's exclusive lock, named by its owner's address, or by a client id alone.
+    exclusive = {"kind": "exclusive", "owner": "10.0.0.3:0/333", "mode": "1"}
+    by_id = {"kind": "exclusive", "owner": "client.4242 auto 1", "mode": "1"}
+    assert stale_locks([info("c", [exclusive, by_id], [])]) == {
+        "addresses": ["10.0.0.3:0/333"], "images": ["yasco/c"]}
