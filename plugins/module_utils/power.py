@@ -22,6 +22,7 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import images_of
+from ansible_collections.yasco.cluster.plugins.module_utils.return_home import unfence
 
 # Who wrote the maintenance markers and the disarm flag of an emergency shutdown: a
 # cold start lifts these, and leaves an operator's own; the watcher drains nothing
@@ -61,10 +62,11 @@ def _check_vdm(vdm: dict[str, Any]) -> None:
 
 
 def _priorities(vdm: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, int]:
-    by_item = {item["name"]: item.get("priority", 0) for item in items}
-    return {name: int(entry.get("priority", by_item.get(name, 0)) or 0)
-            for name, entry in (vdm.get("vms") or {}).items()} | {
-        n: int(p or 0) for n, p in by_item.items() if n not in (vdm.get("vms") or {})}
+    """Each VM's priority: the VDM's, else its provisioning item's."""
+    out = {item["name"]: int(item.get("priority") or 0) for item in items}
+    for name, entry in (vdm.get("vms") or {}).items():
+        out[name] = int(entry.get("priority", out.get(name, 0)) or 0)
+    return out
 
 
 def shutdown_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]],
@@ -255,16 +257,12 @@ def _where(name, home, record, by_name, usable, without, missing, still_fenced,
 
 
 def _unfence(host: dict[str, Any], cluster: str) -> dict[str, Any]:
-    fence = host["fence"]
-    if not fence.get("ceph_addrs"):
+    """Lifting a rebooted host's fence, as the return home lifts it."""
+    if not host["fence"].get("ceph_addrs"):
         raise PowerError(f"{host['name']}: its fence record names no address to unfence: "
                          "lift the blocklist by hand (yasco.cluster.ceph_fence), then run "
                          "this again")
-    return {"host": host["name"], "addresses": list(fence["ceph_addrs"]),
-            "record": {"key": etcd_keys.fence_key(host["name"], cluster=cluster),
-                       "state": "absent", "if_value": fence},
-            "event": {"kind": "unfenced", "host": host["name"],
-                      "details": {"ceph_addrs": list(fence["ceph_addrs"]), "by": "cold_start"}}}
+    return {"host": host["name"], **unfence(host["name"], host["fence"], cluster, [])}
 
 
 def stale_locks(images: list[dict[str, Any]]) -> dict[str, list[str]]:

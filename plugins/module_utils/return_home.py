@@ -111,7 +111,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         # Read before each wave: a host that fails again stops its return.
         "alive_key": etcd_keys.alive_key(host, cluster=cluster),
         "stale": stale,
-        "unfence": _unfence(host, fence, cluster, images),
+        "unfence": unfence(host, fence, cluster, images),
         "autostart": autostart,
         "waves": [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped],
         "restart": restart,
@@ -164,8 +164,8 @@ def _start(name: str, domain: dict[str, Any], uri: str, host: str,
             "event": {"vm": name, "host": host}}
 
 
-def _unfence(host: str, fence: dict[str, Any] | None, cluster: str,
-             images: list[str]) -> dict[str, Any] | None:
+def unfence(host: str, fence: dict[str, Any] | None, cluster: str,
+            images: list[str]) -> dict[str, Any] | None:
     """Lifting the host's fence. First, the locks its fenced clients still hold on
     `images` are broken: a QEMU killed while fenced could not release its lock, and a
     hypervisor's cephx user may not blocklist, which librbd would do to take it over."""

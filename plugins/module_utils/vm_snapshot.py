@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import ceph
@@ -95,11 +95,11 @@ class SnapshotRun:
         with ceph.connect(p) as cluster, ExitStack() as stack:
             images = {}
             for pool, image_name in specs:
-                ioctx = stack.enter_context(_closing(cluster.open_pool(pool)))
+                ioctx = stack.enter_context(closing(cluster.open_pool(pool)))
                 image = cluster.image(ioctx, image_name)
                 if image is None:
                     raise SnapshotError(f"{self.where}: disk {pool}/{image_name} does not exist")
-                images[f"{pool}/{image_name}"] = stack.enter_context(_closing(image))
+                images[f"{pool}/{image_name}"] = stack.enter_context(closing(image))
             have = {spec: {s["name"] for s in image.list_snaps()}
                     for spec, image in images.items()}
             partial = sorted(spec for spec in images if name not in have[spec])
@@ -195,17 +195,3 @@ def _why(agent: str) -> str:
             "no_channel": "the VM has no guest agent channel (spec.guest_agent)",
             "not_answering": "its guest agent does not answer",
             "not_running": "the VM is not running, so its disks are at rest"}.get(agent, agent)
-
-
-class _closing:
-    """Close an rbd/rados handle on leaving: neither is a context manager in Ceph 16's
-    bindings for every type."""
-
-    def __init__(self, handle) -> None:
-        self.handle = handle
-
-    def __enter__(self):
-        return self.handle
-
-    def __exit__(self, *exc: Any) -> None:
-        self.handle.close()
