@@ -11,16 +11,21 @@ if the target under S survives a larger S', every host before it in the chain is
 already in S, so it is the target under S' too. The planner therefore never searches
 failover maps, only chains, and it still sees every failure set's load exactly.
 
-Why a greedy heuristic rather than an exact solver. An exact model needs a variable per
-VM, failure set and target: about 5,000 x 20,100 x 200 for the 200-host, X = 2 case,
-far beyond CP-SAT or a MIP in a minute. Spreading each host's HA VMs evenly over the
-others reaches the ideal bound (K - X)/K asymptotically, and a worst-fit greedy over
-chains does exactly that: the benchmark (benchmarks/vdm.py) measures it within a few
-percent of that bound, which no exact solver can beat by more. Largest VMs go first
-and every choice is checked against the load of every failure set it touches, kept in
-one array, so a plan is valid by construction and then re-checked independently.
+Why a greedy heuristic first, and an exact search after it. Spreading each host's HA
+VMs evenly over the others reaches the ideal bound (K - X)/K asymptotically, and a
+worst-fit greedy over chains does exactly that in a fraction of a second even for 200
+hosts and X = 2, where an exact model is out of reach. Largest VMs go first and every
+choice is checked against the load of every failure set it touches, kept in one array,
+so a plan is valid by construction and then re-checked independently. But on mixed
+hardware filled close to what it allows, the greedy misses plans that exist. When it
+fails, the exact search (vdm_solver, CP-SAT) solves homes and failover targets
+together for the clusters most users have; the planner then has three answers: a plan,
+"infeasible" with a proof (a failure set and resource whose demand exceeds what
+survives, or the exact search's), or "not found" (VdmNotFound) when the time limit
+ran out or the model is too large, never "infeasible" for a cluster it has not proved
+so.
 
-Pure Python and numpy, no I/O and no Ansible.
+Pure Python, numpy and (for the exact search) OR-Tools; no I/O and no Ansible.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ try:
 except ImportError:  # reported by the caller through missing_required_lib
     np = None
 
+from ansible_collections.yasco.cluster.plugins.module_utils import vdm_solver
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     RESOURCES, Problem, Vm, failure_set_key)
 
@@ -49,6 +55,12 @@ class VdmInfeasible(Exception):
     """No plan holds every invariant; the message names the failure set or VM."""
 
 
+class VdmNotFound(Exception):
+    """No plan was found, and none was proved impossible: the message says what the
+    greedy planner could not place, why the exact search stopped, and what would most
+    likely make the cluster fit."""
+
+
 @dataclass
 class Plan:
     home: dict[str, str]
@@ -56,6 +68,7 @@ class Plan:
     preempt: dict[str, list[str]]
     reserve: dict[str, dict[str, float]]
     moved: list[str] = field(default_factory=list)  # VMs whose previous home changed
+    method: str = "greedy"  # or "exact": the search that found it
 
 
 def amount(value: float) -> float | int:
@@ -329,37 +342,47 @@ def _placing_order(vms: list[Vm], problem: Problem) -> list[Vm]:
                                        -size(vm), vm.name))
 
 
-def _check_totals(problem: Problem) -> None:
-    """Fail early, naming a failure set and every resource short, when capacity alone
-    cannot cover it."""
+def _demand_on_survivors(problem: Problem):
+    """Per failure set and resource (those every host declares): the demand that must
+    run outside the set, and what the hosts outside it have. Plain VMs may sit on the
+    failed hosts; HA VMs must all run on survivors."""
     firm = [vm for vm in problem.vms.values() if not vm.preemptible]
     resources = [r for r in RESOURCES
                  if all(getattr(h, r) is not None for h in problem.hosts.values())]
-    caps = {r: {h.name: getattr(h, r) for h in problem.hosts.values()} for r in resources}
-    ha = {r: sum(vm.demand(r) for vm in firm if vm.ha) for r in resources}
-    plain = {r: sum(vm.demand(r) for vm in firm if not vm.ha) for r in resources}
-    total = {r: sum(caps[r].values()) for r in resources}
-    short = [f"{amount(ha[r] + plain[r] - total[r])} {_UNITS[r]}" for r in resources
-             if ha[r] + plain[r] > total[r] + _EPSILON]
+    for r in resources:
+        caps = {h.name: getattr(h, r) for h in problem.hosts.values()}
+        ha = sum(vm.demand(r) for vm in firm if vm.ha)
+        plain = sum(vm.demand(r) for vm in firm if not vm.ha)
+        total = sum(caps.values())
+        for failed in problem.failure_sets:
+            lost = sum(caps[h] for h in failed)
+            yield failed, r, ha + max(0.0, plain - lost), total - lost, ha + plain, total
+
+
+def _check_totals(problem: Problem) -> None:
+    """Fail early, naming a failure set and every resource short, when capacity alone
+    cannot cover it."""
+    margins = list(_demand_on_survivors(problem))
+    everything = {r: (need, have) for dummy, r, dummy, dummy, need, have in margins}
+    short = [f"{amount(need - have)} {_UNITS[r]}" for r, (need, have) in everything.items()
+             if need > have + _EPSILON]
     if short:
         raise VdmInfeasible(f"the VMs need more than all hypervisors have: "
                             f"{' and '.join(short)} short; " + _WHAT_HELPS)
     # Report the worst failure set: covering it is what the operator must fix.
+    by_set: dict[frozenset[str], tuple[list[str], list[str], float]] = {}
+    for failed, r, need, have, dummy, total in margins:
+        if need - have > _EPSILON:
+            short, needs, score = by_set.setdefault(failed, ([], [], 0.0))
+            short.append(f"{amount(need - have)} {_UNITS[r]}")
+            needs.append(f"{amount(need)} of {amount(have)} {_UNITS[r]}")
+            by_set[failed] = (short, needs, max(score, (need - have) / total))
     worst = None
     for failed in problem.failure_sets:
-        short, needs, score = [], [], 0.0
-        for r in resources:
-            lost = sum(caps[r][h] for h in failed)
-            # Plain VMs may sit on the failed hosts; HA VMs must all run on survivors.
-            need = ha[r] + max(0.0, plain[r] - lost)
-            if need - (total[r] - lost) > _EPSILON:
-                short.append(f"{amount(need - total[r] + lost)} {_UNITS[r]}")
-                needs.append(f"{amount(need)} of {amount(total[r] - lost)} {_UNITS[r]}")
-                score = max(score, (need - total[r] + lost) / total[r])
-        if short and (worst is None or score > worst[0] + _EPSILON):
-            worst = (score, failure_set_key(failed), short, needs)
+        if failed in by_set and (worst is None or by_set[failed][2] > worst[3] + _EPSILON):
+            worst = (failure_set_key(failed), *by_set[failed])
     if worst:
-        dummy, key, short, needs = worst
+        key, short, needs, dummy = worst
         raise VdmInfeasible(
             f"failure of {key}: {' and '.join(short)} short on hosts outside "
             f"{{{key}}} (the VMs that must run there need {', '.join(needs)}); "
@@ -540,14 +563,20 @@ def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, 
 
 def plan(problem: Problem, previous_home: dict[str, str] | None = None,
          rebalance_moves: int = 0,
-         previous_failover: dict[str, dict[str, str]] | None = None) -> Plan:
+         previous_failover: dict[str, dict[str, str]] | None = None,
+         time_limit: float = 60.0, exact: bool = True) -> Plan:
     """Plan a VDM for `problem`.
 
     With `previous_home` (the home map of the current VDM) VMs keep their homes unless
     they must move, and with `previous_failover` (its failover map) their failover
     targets where they still fit; up to `rebalance_moves` more may move to even out
     the hosts.
-    Raises VdmInfeasible naming the failure set or VM that cannot be covered.
+
+    The greedy search runs first; when it fails and `exact` is set, the exact search
+    (vdm_solver) takes up to `time_limit` seconds. Three answers: a Plan; VdmInfeasible
+    when no plan exists, with the proof (a failure set and resource whose demand
+    exceeds what survives, or the exact search's); VdmNotFound when neither found a
+    plan nor proved there is none.
     """
     if np is None:
         raise RuntimeError("the VDM planner needs the Python library numpy")
@@ -555,11 +584,24 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     previous_home = {n: h for n, h in (previous_home or {}).items() if n in problem.vms}
     order = _placing_order(list(problem.vms.values()), problem)
     chains = _previous_chains(problem, previous_home, previous_failover or {})
-    state = _first_feasible(problem, order, previous_home, chains)
+    method = "greedy"
+    try:
+        state = _first_feasible(problem, order, previous_home, chains)
+    except VdmInfeasible as greedy:
+        if not exact:
+            raise
+        state = _solved(problem, previous_home, time_limit, greedy)
+        method = "exact"
     if rebalance_moves:
         _rebalance(state, problem, rebalance_moves)
+    result = _plan_of(state, problem)
+    result.moved = sorted(n for n, h in previous_home.items() if result.home[n] != h)
+    result.method = method
+    return result
+
+
+def _plan_of(state: _State, problem: Problem) -> Plan:
     home = {name: state.names[j] for name, j in sorted(state.home.items())}
-    moved = sorted(n for n, h in previous_home.items() if home[n] != h)
     failover: dict[str, dict[str, str]] = {key: {} for key in state.keys}
     for name in sorted(state.chains):
         for sets, t in state.chains[name]:
@@ -569,4 +611,44 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
                                 for i, r in enumerate(state.resources)}
                for t in range(len(state.names)) if state.peak[t].any()}
     return Plan(home=home, failover=failover, preempt=_preemptions(state, problem),
-                reserve=reserve, moved=moved)
+                reserve=reserve)
+
+
+def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
+            greedy: VdmInfeasible) -> _State:
+    """The exact search's plan as a planner state, or the answer it gives instead."""
+    outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home)
+    greedy_said = str(greedy).split("; " + _WHAT_HELPS)[0]
+    if outcome.status == "infeasible":
+        raise VdmInfeasible(f"{greedy_said}; {outcome.reason}; {_WHAT_HELPS}")
+    if outcome.status != "plan":
+        raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
+                          f"the exact search did not settle it ({outcome.reason}); "
+                          f"{_likeliest_fix(problem)}")
+    state = _State(problem)
+    index = {key: i for i, key in enumerate(state.sets)}
+    for name in sorted(outcome.home):
+        vm = problem.vms[name]
+        by_target: dict[str, list[int]] = {}
+        for failed, target in outcome.targets.get(name, {}).items():
+            by_target.setdefault(target, []).append(index[failed])
+        chain = [(np.array(sorted(sets)), state.index[t]) for t, sets in by_target.items()]
+        state.place(vm, state.index[outcome.home[name]], state.demand(vm), chain)
+    return state
+
+
+def _likeliest_fix(problem: Problem) -> str:
+    """What would most likely make the cluster fit: relief for the failure set that
+    leaves the least room, by the same count as the infeasibility certificate."""
+    tightest = None
+    for failed, r, need, have, dummy, dummy in _demand_on_survivors(problem):
+        share = (have - need) / max(have, _EPSILON)
+        if tightest is None or share < tightest[0]:
+            tightest = (share, failure_set_key(failed), r, have - need)
+    if tightest is None:
+        return _WHAT_HELPS
+    share, key, r, left = tightest
+    return (f"the failure of {key} leaves the least room, {amount(left)} {_UNITS[r]} "
+            f"({100 * share:.1f} %) on the other hosts: most likely to help is more "
+            f"{_UNITS[r].split()[-1]} outside {{{key}}}, fewer HA VMs, or a longer "
+            f"yasco_plan_time_limit; or {_WHAT_HELPS}")

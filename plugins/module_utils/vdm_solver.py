@@ -1,0 +1,363 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The exact VDM search: homes and failover targets solved together with CP-SAT.
+
+The greedy planner (vdm_planner) is fast and good on uniform clusters, but on mixed
+hardware it can miss plans that exist: where the plain VMs sit decides whether a big
+host's HA load can be absorbed, and a greedy fixes that too early. The planner calls
+this module when the greedy fails; it either finds a plan, proves that none exists, or
+runs out of time, and says which.
+
+Why counts rather than VMs. VMs of one shape (size, kind, labels, allowed hosts, pin)
+are interchangeable, so the model counts them: m[c, h] VMs of shape c at home on host
+h and, for every failure set S holding h, f[c, h, S, t] of those that go to host t.
+That is a few variables per shape, host pair and failure set instead of one per VM,
+and it removes the symmetry between equal VMs that makes a model per VM slow.
+
+Why this is exact. Every invariant of vdm_check is a linear constraint on the counts:
+homes fit (all VMs) and keep anti-affinity; under every failure set, firm VMs at home
+plus arrivals fit every survivor (preemptible VMs may all stop) and keep
+anti-affinity; and nesting. Nesting is stated on counts, f[c, h, S', t] >=
+f[c, h, S, t] for t surviving S', where S is the largest planned subset of S' that
+holds h. When the planned subsets holding h form a chain (X <= 2 without failure
+domains, or X = 1 with them) this is exactly what per-VM nesting needs: the VMs that
+keep their target are those counts, and the others are free to go anywhere. For other
+families (X = 3, or X = 2 with racks of three) every HA VM is counted alone, and
+nesting is stated against every subset, as the checker states it; exact too, only
+larger. `supported` refuses models too large to search in a minute. Capacities and
+sizes are scaled to integers; when that is not exact (sizes with more than three
+decimals) an "infeasible" status is reported as "not found", never as a proof.
+
+The solution is turned back into one home and one target per failure set for every
+VM, which the planner turns into its usual plan and the checker re-checks.
+
+Pure Python and OR-Tools, no I/O and no Ansible.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+try:
+    from ortools.sat.python import cp_model
+except ImportError:  # the planner reports the missing library
+    cp_model = None
+
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
+    RESOURCES, Problem, Vm)
+
+# The largest model (shape, host and failure-set variables) built within a minute.
+MAX_VARIABLES = 400_000
+# After the first plan of a re-plan, how long to look for one that moves fewer VMs.
+IMPROVE_SECONDS = 5.0
+_SCALE = 1000  # sizes with up to three decimals (vCPUs times a ratio) stay exact
+
+
+@dataclass
+class Outcome:
+    """`status` is "plan" (home and targets set), "infeasible" (proved), "unknown"
+    (no plan found in the time), or "unsupported" (`reason` says why)."""
+
+    status: str
+    home: dict[str, str] = field(default_factory=dict)
+    targets: dict[str, dict[frozenset[str], str]] = field(default_factory=dict)
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Shape:
+    vcpus: float
+    memory_mb: float
+    net_mbps: float
+    ha: bool
+    preemptible: bool
+    anti_affinity: frozenset[str]
+    allowed: frozenset[str]
+    home: str | None
+    name: str | None = None  # one VM's own shape, when VMs cannot be counted
+
+    @staticmethod
+    def of(vm: Vm, alone: bool = False) -> _Shape:
+        return _Shape(vm.vcpus, vm.memory_mb, vm.net_mbps, vm.ha, vm.preemptible,
+                      vm.anti_affinity, vm.allowed, vm.home, vm.name if alone else None)
+
+    def demand(self, resource: str) -> float:
+        return getattr(self, resource)
+
+
+def _inside(problem: Problem) -> dict[tuple[frozenset[str], str], list[frozenset[str]]]:
+    """For each failure set S and host h in it, the planned proper subsets of S that
+    hold h, smallest first: where nesting ties a VM of h under S to its target."""
+    family = problem.failure_sets
+    return {(larger, h): sorted((s for s in family if h in s and s < larger), key=len)
+            for larger in family for h in larger}
+
+
+def _nested_in_chains(inside: dict[tuple[frozenset[str], str], list[frozenset[str]]]
+                      ) -> bool:
+    return all(a < b for subsets in inside.values() for a, b in zip(subsets, subsets[1:]))
+
+
+def supported(problem: Problem) -> str | None:
+    """Why the exact search cannot take `problem` (None when it can)."""
+    if cp_model is None:
+        return "the exact search needs the Python library ortools (pip install ortools)"
+    size = _Model.size(problem)
+    if size > MAX_VARIABLES:
+        return (f"the exact model would have about {size:,} variables "
+                f"({len(problem.hosts)} hosts, {len(problem.failure_sets)} failure sets), "
+                f"more than {MAX_VARIABLES:,} can be searched in a minute")
+    return None
+
+
+class _Model:
+    """The CP-SAT model of one problem, and the variables to read a plan from."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self.model = cp_model.CpModel()
+        self.hosts = sorted(problem.hosts)
+        self.resources = [r for r in RESOURCES
+                          if any(getattr(h, r) is not None for h in problem.hosts.values())]
+        self.exact = True
+        self.inside = _inside(problem)
+        # Counts are exact when the sets nesting ties together form chains; otherwise
+        # every HA VM is its own shape and nesting is stated per VM, as the checker has it.
+        alone = not _nested_in_chains(self.inside)
+        self.vms_of: dict[_Shape, list[str]] = {}
+        for name in sorted(problem.vms):
+            vm = problem.vms[name]
+            self.vms_of.setdefault(_Shape.of(vm, alone and vm.ha), []).append(name)
+        self.shapes = list(self.vms_of)
+        self.cap = {h: {r: self._scaled(getattr(problem.hosts[h], r), down=True)
+                        for r in self.resources} for h in self.hosts}
+        self.need = {c: {r: self._scaled(c.demand(r), down=False) for r in self.resources}
+                     for c in self.shapes}
+        self.home: dict[tuple[_Shape, str], cp_model.IntVar] = {}
+        self.go: dict[tuple[_Shape, str, frozenset[str]], dict[str, cp_model.IntVar]] = {}
+        # (failure set, host) -> (shape, count) of the VMs that may arrive there
+        self.arriving: dict[tuple[frozenset[str], str], list] = {}
+        self.stay: list[tuple[cp_model.IntVar, cp_model.IntVar, int]] = []
+        self._homes()
+        self._failures()
+        self._anti_affinity()
+
+    @staticmethod
+    def size(problem: Problem) -> int:
+        """About how many variables the model of `problem` has."""
+        alone = not _nested_in_chains(_inside(problem))
+        shapes = Counter(_Shape.of(vm, alone) for vm in problem.vms.values() if vm.ha)
+        return (sum(len(s) for s in problem.failure_sets) * len(problem.hosts)
+                * len(shapes))
+
+    def _scaled(self, value: float | None, down: bool) -> int | None:
+        if value is None:
+            return None
+        scaled = value * _SCALE
+        whole = round(scaled)
+        if abs(scaled - whole) > 1e-6:
+            self.exact = False  # rounded the safe way: a plan holds, a proof may not
+            return int(scaled) if down else int(scaled) + 1
+        return whole
+
+    def _fits(self, c: _Shape, h: str) -> int:
+        """How many VMs of shape c host h could hold alone."""
+        most = len(self.vms_of[c])
+        if c.anti_affinity:
+            most = min(most, 1)
+        for r in self.resources:
+            cap, need = self.cap[h][r], self.need[c][r]
+            if cap is not None and need:
+                most = min(most, cap // need)
+        return max(most, 0)
+
+    def _homes(self) -> None:
+        m = self.model
+        for c in self.shapes:
+            hosts = [c.home] if c.home else sorted(c.allowed)
+            for h in hosts:
+                self.home[(c, h)] = m.NewIntVar(0, self._fits(c, h), "")
+            m.Add(sum(self.home[(c, h)] for h in hosts) == len(self.vms_of[c]))
+        for h in self.hosts:
+            here = [c for c in self.shapes if (c, h) in self.home]
+            for r in self.resources:
+                if self.cap[h][r] is not None:
+                    m.Add(sum(self.need[c][r] * self.home[(c, h)] for c in here)
+                          <= self.cap[h][r])
+
+    def firm(self, h: str, r: str):
+        return sum(self.need[c][r] * self.home[(c, h)] for c in self.shapes
+                   if not c.preemptible and (c, h) in self.home)
+
+    def _failures(self) -> None:
+        m = self.model
+        arriving = self.arriving
+        for failed in self.problem.failure_sets:
+            for c in self.shapes:
+                if not c.ha:
+                    continue
+                for h in sorted(failed):
+                    home = self.home.get((c, h))
+                    if home is None:
+                        continue
+                    survivors = sorted(c.allowed - failed)
+                    go = {t: m.NewIntVar(0, self._fits(c, t), "") for t in survivors}
+                    self.go[(c, h, failed)] = go
+                    m.Add(sum(go.values()) == home)
+                    for t, count in go.items():
+                        arriving.setdefault((failed, t), []).append((c, count))
+        for (failed, t), incoming in arriving.items():
+            for r in self.resources:
+                if self.cap[t][r] is not None:
+                    m.Add(self.firm(t, r) + sum(self.need[c][r] * count
+                                                for c, count in incoming) <= self.cap[t][r])
+        # Nesting: whoever goes to a host that survives the larger set too still goes
+        # there. On counts, against the largest subset (the others are inside it).
+        for (c, h, failed), go in self.go.items():
+            inside = self.inside[(failed, h)]
+            for smaller in inside[-1:] if c.name is None else inside:
+                before = self.go[(c, h, smaller)]
+                for t, count in go.items():
+                    m.Add(count >= before[t])
+
+    def _anti_affinity(self) -> None:
+        m = self.model
+        labels = sorted(set().union(*(c.anti_affinity for c in self.shapes)))
+        for label in labels:
+            sharing = [c for c in self.shapes if label in c.anti_affinity]
+            for h in self.hosts:
+                here = [self.home[(c, h)] for c in sharing if (c, h) in self.home]
+                if len(here) > 1:
+                    m.Add(sum(here) <= 1)
+        for (failed, t), incoming in self.arriving.items():
+            for label in set().union(*(c.anti_affinity for c, dummy in incoming)):
+                arriving = [count for c, count in incoming if label in c.anti_affinity]
+                staying = [self.home[(c, t)] for c in self.shapes if label in c.anti_affinity
+                           and not c.preemptible and (c, t) in self.home]
+                m.Add(sum(arriving) + sum(staying) <= 1)
+
+    def keep(self, previous_home: dict[str, str]) -> None:
+        """Count the VMs that stay where `previous_home` has them (`stay`)."""
+        for c, names in self.vms_of.items():
+            before = Counter(previous_home[n] for n in names if n in previous_home)
+            for h, count in before.items():
+                if (c, h) in self.home:
+                    stay = self.model.NewIntVar(0, count, "")
+                    self.model.Add(stay <= self.home[(c, h)])
+                    self.stay.append((stay, self.home[(c, h)], count))
+
+    def fewest_moves(self, solver) -> None:
+        """Maximise the VMs that stay, starting from the plan `solver` holds."""
+        self.model.ClearHints()
+        for (dummy, h), v in self.home.items():
+            self.model.AddHint(v, solver.Value(v))
+        for go in self.go.values():
+            for v in go.values():
+                self.model.AddHint(v, solver.Value(v))
+        for stay, home, count in self.stay:
+            self.model.AddHint(stay, min(solver.Value(home), count))
+        self.model.Maximize(sum(stay for stay, dummy, dummy in self.stay))
+
+    def hint(self, home: dict[str, str]) -> None:
+        """Start the search from the homes of `home` (a partial plan will do)."""
+        for c, names in self.vms_of.items():
+            counts = Counter(home[n] for n in names if n in home)
+            for h in (c.allowed if c.home is None else [c.home]):
+                if (c, h) in self.home:
+                    self.model.AddHint(self.home[(c, h)], counts.get(h, 0))
+
+    def read(self, solver, previous_home: dict[str, str]) -> tuple[dict, dict]:
+        """One home per VM and, per failure set holding it, one target per HA VM."""
+        home: dict[str, str] = {}
+        targets: dict[str, dict[frozenset[str], str]] = {}
+        for c, names in self.vms_of.items():
+            left = {h: solver.Value(v) for (shape, h), v in self.home.items() if shape == c}
+            # VMs that may stay where they were do, so a re-plan moves few.
+            waiting = []
+            for name in names:
+                was = previous_home.get(name)
+                if left.get(was, 0) > 0:
+                    home[name] = was
+                    left[was] -= 1
+                else:
+                    waiting.append(name)
+            for h in sorted(left):
+                for dummy in range(left[h]):
+                    home[waiting.pop()] = h
+            if c.ha:
+                by_home: dict[str, list[str]] = {}
+                for name in names:
+                    by_home.setdefault(home[name], []).append(name)
+                for h, group in by_home.items():
+                    self._targets(c, h, group, solver, targets)
+        return home, targets
+
+    def _targets(self, c: _Shape, h: str, group: list[str], solver,
+                 targets: dict[str, dict[frozenset[str], str]]) -> None:
+        for name in group:
+            targets[name] = {}
+        for failed in sorted((s for s in self.problem.failure_sets if h in s), key=len):
+            want = {t: solver.Value(v) for t, v in self.go[(c, h, failed)].items()}
+            smaller = self.inside[(failed, h)][-1:]
+            free = []
+            for name in group:
+                kept = targets[name].get(smaller[0]) if smaller else None
+                if kept is not None and kept not in failed:
+                    targets[name][failed] = kept
+                    want[kept] -= 1
+                else:
+                    free.append(name)
+            for t in sorted(want):
+                for dummy in range(want[t]):
+                    targets[free.pop()][failed] = t
+            if free or any(n < 0 for n in want.values()):
+                raise RuntimeError(f"the exact search's counts for {','.join(sorted(failed))} "
+                                   "do not split into VMs")  # a bug, never an answer
+
+
+def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | None = None,
+          hint_home: dict[str, str] | None = None, workers: int | None = None) -> Outcome:
+    """Search for a plan of `problem` for up to `time_limit` seconds, leaving VMs at
+    `previous_home` where it can and starting from `hint_home` (both optional)."""
+    start = time.perf_counter()
+    reason = supported(problem)
+    if reason:
+        return Outcome("unsupported", reason=reason)
+    previous_home = previous_home or {}
+    model = _Model(problem)
+    if previous_home:
+        model.keep(previous_home)
+    if hint_home:
+        model.hint(hint_home)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+
+    def left() -> float:
+        return max(0.01, time_limit - (time.perf_counter() - start))
+
+    # First any plan (CP-SAT stops at the first), then, if VMs were placed before, the
+    # one that moves fewest of them, for a few seconds from there.
+    solver.parameters.max_time_in_seconds = left()
+    status = solver.Solve(model.model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and model.stay:
+        first = model.read(solver, previous_home)
+        model.fewest_moves(solver)
+        solver.parameters.max_time_in_seconds = min(IMPROVE_SECONDS, left())
+        if solver.Solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Outcome("plan", *first, seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        home, targets = model.read(solver, previous_home)
+        return Outcome("plan", home, targets, seconds=seconds)
+    if status == cp_model.INFEASIBLE and model.exact:
+        return Outcome("infeasible", reason="an exhaustive search (CP-SAT) proved that no "
+                       "plan holds every invariant", seconds=seconds)
+    if status == cp_model.INFEASIBLE:
+        return Outcome("unknown", reason="no plan with sizes rounded to 1/1000 exists; "
+                       "the exact sizes may still have one", seconds=seconds)
+    return Outcome("unknown", reason=f"no plan found in {time_limit:g} s", seconds=seconds)
