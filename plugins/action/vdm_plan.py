@@ -23,7 +23,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import che
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     VdmInputError, load_problem, problem_digest)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
-    VdmInfeasible, np, plan)
+    VdmInfeasible, VdmNotFound, np, plan)
 
 ARGUMENT_SPEC = {
     "group": {"type": "str", "default": "yasco_hypervisors"},
@@ -31,6 +31,7 @@ ARGUMENT_SPEC = {
     "keep_homes": {"type": "bool", "default": True},
     "rebalance_moves": {"type": "int", "default": 0},
     "verify": {"type": "bool", "default": False},
+    "time_limit": {"type": "float", "default": 60.0},
 }
 GLOBAL_VARS = ("yasco_vms", "yasco_vm_defaults", "yasco_failures_to_tolerate",
                "yasco_failure_domains_to_tolerate", "yasco_cpu_allocation_ratio")
@@ -101,6 +102,9 @@ class ActionModule(ActionBase):
                                     "on the controller (pip install numpy)")
         if args["rebalance_moves"] < 0:
             raise AnsibleActionFail("rebalance_moves: must be 0 or more")
+        if args["time_limit"] <= 0:
+            raise AnsibleActionFail(f"time_limit: must be more than 0 seconds, got "
+                                    f"{args['time_limit']:g} (yasco_plan_time_limit)")
         group = args["group"]
         members = (task_vars.get("groups") or {}).get(group) or []
         if not members:
@@ -130,12 +134,19 @@ class ActionModule(ActionBase):
                           moved=[], msg=f"VDM version {previous.get('version')} is current")
             return result
         keep = (previous or {}).get("home") if args["keep_homes"] else None
+        # Three answers; only a plan is written, so the map on file stays as it was.
         try:
             planned = plan(problem, previous_home=keep,
                            previous_failover=(previous or {}).get("failover") if keep else None,
-                           rebalance_moves=args["rebalance_moves"])
+                           rebalance_moves=args["rebalance_moves"],
+                           time_limit=args["time_limit"])
         except VdmInfeasible as err:
-            result.update(failed=True, msg=f"no VDM can be planned: {err}")
+            result.update(failed=True, answer="infeasible", msg=f"no VDM can be planned: {err}")
+            return result
+        except VdmNotFound as err:
+            kept = f"; the VDM at {path} is left as it was" if previous else ""
+            result.update(failed=True, answer="not_found",
+                          msg=f"no VDM found within {args['time_limit']:g} s: {err}{kept}")
             return result
         vdm = vdm_document.build(problem, planned, previous)
         violations = check(problem, vdm)
@@ -157,10 +168,12 @@ class ActionModule(ActionBase):
         moved = sorted(n for n, h in vdm["home"].items() if old_home.get(n) not in (None, h))
         result.update(
             changed=changed, path=path, version=vdm["version"], digest=vdm["digest"],
-            home=vdm["home"], reserve=vdm["reserve"], moved=moved,
+            home=vdm["home"], reserve=vdm["reserve"], moved=moved, answer="plan",
+            method=planned.method,
             msg=(f"VDM version {vdm['version']}: {len(vdm['home'])} VMs on "
                  f"{len(problem.hosts)} hypervisors, {len(problem.failure_sets)} failure "
-                 f"sets covered, {len(moved)} VMs move home"))
+                 f"sets covered, {len(moved)} VMs move home"
+                 + (" (found by the exact search)" if planned.method == "exact" else "")))
         return result
 
     @staticmethod

@@ -19,6 +19,11 @@ description:
     preemptible VMs stop to make room.
   - Writes the map as C(yasco_vdm) to O(path), atomically. An infeasible or invalid
     input fails with a message naming the failure set, VM or host, and writes nothing.
+  - A fast greedy search runs first; when it finds no plan, an exact search (CP-SAT)
+    takes up to O(time_limit) seconds. The answer is a plan, V(infeasible) with a proof
+    (a failure set and resource whose demand exceeds what survives, or the exact
+    search's), or V(not_found) when the time ran out; the last two write nothing, so
+    the current map stays.
   - Re-planning keeps the current homes unless a VM must move, and reports which VMs
     move. When the inputs have not changed since the current map was planned, nothing
     changes.
@@ -50,6 +55,14 @@ options:
         hypervisors. Each move is a live migration when the map is applied.
     type: int
     default: 0
+  time_limit:
+    description:
+      - How long, in seconds, the exact search may take when the greedy planner finds
+        no plan (C(yasco_plan_time_limit) in C(playbooks/plan.yml)).
+      - When it runs out the task fails with the answer V(not_found), what the greedy
+        could not place and what would most likely help, and writes nothing.
+    type: float
+    default: 60
   verify:
     description:
       - Only check that the map on file was planned from the inventory as it is now
@@ -69,6 +82,7 @@ attributes:
     platforms: all
 requirements:
   - numpy
+  - ortools (the exact search, when the greedy planner finds no plan)
   - jmespath (for VMs with C(placement))
 notes:
   - The map is checked against every invariant by a checker independent of the
@@ -86,6 +100,10 @@ EXAMPLES = r"""
 - name: Plan, allowing up to five live migrations to rebalance
   yasco.cluster.vdm_plan:
     rebalance_moves: 5
+
+- name: Plan, giving the exact search up to five minutes when the greedy one fails
+  yasco.cluster.vdm_plan:
+    time_limit: 300
 
 - name: Plan into a file of one's choosing
   yasco.cluster.vdm_plan:
@@ -117,6 +135,19 @@ reserve:
   returned: changed
   type: dict
   sample: {hv3: {vcpus: 4, memory_mb: 8192}}
+answer:
+  description:
+    - V(plan) when a map was planned; V(infeasible) when none can exist (the message
+      holds the proof); V(not_found) when the exact search ran out of O(time_limit).
+      Only a plan is written.
+  returned: when the inputs were planned
+  type: str
+  sample: plan
+method:
+  description: The search that found the plan, V(greedy) or V(exact).
+  returned: changed
+  type: str
+  sample: greedy
 moved:
   description: The VMs whose home differs from the current map's.
   returned: success

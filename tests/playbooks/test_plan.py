@@ -10,6 +10,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planted import planted
 
 from ..ansible_run import ROOT, run_playbook
 
@@ -23,10 +24,10 @@ VMS = {
 }
 
 
-def inventory(root: Path, vms: dict, **settings) -> Path:
+def inventory(root: Path, vms: dict, hosts: dict | None = None, **settings) -> Path:
     (root / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
     (root / "hosts.yml").write_text(yaml.safe_dump(
-        {"all": {"children": {"yasco_hypervisors": {"hosts": HOSTS}}}}))
+        {"all": {"children": {"yasco_hypervisors": {"hosts": hosts or HOSTS}}}}))
     (root / "group_vars" / "all" / "main.yml").write_text(
         yaml.safe_dump({"yasco_vms": vms, **settings}))
     return root
@@ -84,7 +85,7 @@ def test_an_infeasible_inventory_names_the_failure_set_and_writes_nothing(tmp_pa
     big = {f"vm{i}": {"vcpus": 2, "memory_mb": 4096, "ha": True} for i in range(5)}
     inv = inventory(tmp_path, big, yasco_failures_to_tolerate=2)
     rc, task = run_plan(inv)
-    assert rc != 0
+    assert rc != 0 and task["answer"] == "infeasible"
     assert task["msg"].startswith("no VDM can be planned: failure of hv1,hv2: 2 vCPUs and "
                                   "12288 MB memory short on hosts outside {hv1,hv2}"), task["msg"]
     assert not vdm_file(inv).exists()
@@ -127,3 +128,46 @@ def test_rebalance_moves_lets_that_many_vms_move_to_a_new_host(tmp_path):
     (moved,) = task["moved"]
     assert written(inv)["home"] == {**homes, moved: written(inv)["home"][moved]}
     assert written(inv)["home"][moved] != homes[moved]
+
+
+# A mixed cluster of six hosts built around a valid VDM, which the greedy search alone
+# does not plan (tests/unit/plugins/module_utils/test_vdm_solver.py).
+MIXED = planted(0, 6, fill=0.98, scale=0.25)
+
+
+def mixed_inventory(root: Path, **settings) -> Path:
+    others = {k: v for k, v in MIXED.settings.items() if k != "yasco_vms"}
+    return inventory(root, MIXED.vms, MIXED.hostvars, **{**others, **settings})
+
+
+def test_a_mixed_cluster_the_greedy_search_misses_is_planned_by_the_exact_one(tmp_path):
+    inv = mixed_inventory(tmp_path)
+    rc, task = run_plan(inv)
+    assert rc == 0 and task["answer"] == "plan" and task["method"] == "exact", task
+    assert task["msg"].endswith("(found by the exact search)")
+    assert check(load_problem(MIXED.hostvars, MIXED.settings), written(inv)) == []
+
+
+def test_a_search_out_of_time_says_not_found_and_leaves_the_current_map(tmp_path):
+    inv = mixed_inventory(tmp_path)
+    assert run_plan(inv)[0] == 0
+    before = vdm_file(inv).read_bytes()
+    # Planned afresh (a rebalance budget makes it plan although nothing changed), the
+    # greedy search fails again and the exact one gets a millisecond.
+    rc, task = run_plan(inv, "-e", "yasco_keep_homes=false", "-e", "yasco_rebalance_moves=1",
+                        "-e", "yasco_plan_time_limit=0.001")
+    assert rc != 0 and task["answer"] == "not_found", task
+    assert task["msg"].startswith("no VDM found within 0.001 s: no plan found: the greedy "
+                                  "search stopped at VM "), task["msg"]
+    assert "leaves the least room" in task["msg"]
+    assert task["msg"].endswith(f"the VDM at {vdm_file(inv)} is left as it was")
+    assert vdm_file(inv).read_bytes() == before
+
+
+def test_a_time_limit_of_zero_is_refused_naming_the_variable(tmp_path):
+    inv = inventory(tmp_path, VMS)
+    rc, task = run_plan(inv, "-e", "yasco_plan_time_limit=0")
+    assert rc != 0
+    assert "time_limit: must be more than 0 seconds, got 0 (yasco_plan_time_limit)" \
+        in task["msg"]
+    assert not vdm_file(inv).exists()
