@@ -22,11 +22,22 @@ fails when more succeed). Reported per method:
 
 Then the scale target: 200 hosts x 5,000 VMs with X = 2, planned and re-planned.
 Every plan of the planner is re-checked by the independent checker.
+
+    .venv/bin/python benchmarks/vdm.py --planted [--quick]
+
+Planted instances instead (vdm_planted: a valid VDM built first, the inventory derived
+from it, names and order shuffled), so every instance has a plan. Per family and size,
+for the planner (greedy, then the exact search within 60 s), the greedy search alone
+and the two baselines: solved / total, median and worst seconds. For the planner also
+how many plans the exact search found, and the share of VMs that move when the
+instance is planned with 10 % of its VMs left out and re-planned with all of them
+(median and worst).
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -41,8 +52,10 @@ from vdm_families import Family, families, large  # noqa: E402
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check  # noqa: E402
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (  # noqa: E402
     Problem, load_problem)
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planted import (  # noqa: E402
+    Planted, planted)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (  # noqa: E402
-    Plan, VdmInfeasible, plan)
+    Plan, VdmInfeasible, VdmNotFound, plan)
 
 RESOURCES = ("vcpus", "memory_mb")
 
@@ -177,11 +190,103 @@ def run_large(hosts: int, vms: int) -> None:
     del result
 
 
+# Planted families: (name, hosts, planted() options); 24 and 40 hosts at half the host
+# size, so that they hold about 1,000 and 2,000 VMs.
+PLANTED = [
+    ("mixed, X=1", 5, {}), ("mixed, X=1", 8, {}), ("mixed, X=1", 12, {}),
+    ("mixed, X=1", 24, {"scale": 0.5}), ("mixed, X=1", 40, {"scale": 0.5}),
+    ("mixed, no preemptible, X=1", 6, {"preemptible": 0.0}),
+    ("mixed, anti-affinity 30 %, X=1", 8, {"anti_affinity": 0.3}),
+    ("mixed, 3 racks, X=1", 9, {"racks": 3}),
+    ("mixed, 4 racks, X=1", 24, {"racks": 4, "scale": 0.5}),
+    ("mixed, X=2", 5, {"x": 2}), ("mixed, X=2", 8, {"x": 2}), ("mixed, X=2", 12, {"x": 2}),
+    ("identical hosts, X=1", 8, {"uniform": True}),
+]
+PLANTED_QUICK = [("mixed, X=1", 6, {}), ("mixed, 3 racks, X=1", 9, {"racks": 3}),
+                 ("mixed, X=2", 6, {"x": 2}), ("identical hosts, X=1", 6, {"uniform": True})]
+
+
+def greedy(problem: Problem) -> bool:
+    try:
+        _checked(problem, plan(problem, exact=False))
+    except VdmInfeasible:
+        return False
+    return True
+
+
+def planner(problem: Problem) -> Plan | None:
+    """The planner's answer on a planted instance: a plan, or None when it found none
+    (an "infeasible" here would be a bug: the planted VDM is a plan)."""
+    try:
+        return _checked(problem, plan(problem, time_limit=60))
+    except VdmNotFound:
+        return None
+    except VdmInfeasible as err:
+        raise SystemExit(f"planner bug, a planted instance called infeasible: {err}") from err
+
+
+def moved_on_growth(instance: Planted, seed: int) -> float | None:
+    """Plan the instance with 10 % of its VMs (drawn at random) left out, then re-plan
+    with all of them: the share of the first plan's VMs whose home changes."""
+    names = sorted(instance.vms)
+    left_out = set(random.Random(seed).sample(names, len(names) // 10))
+    fewer = {n: s for n, s in instance.vms.items() if n not in left_out}
+    before = planner(load_problem(instance.hostvars, {**instance.settings,
+                                                      "yasco_vms": fewer}))
+    if before is None:
+        return None
+    problem = load_problem(instance.hostvars, instance.settings)
+    try:
+        after = _checked(problem, replan(problem, before))
+    except VdmNotFound:
+        return None
+    return 100 * len(after.moved) / len(fewer)
+
+
+def run_planted(quick: bool) -> None:
+    header = ["family", "hosts", "VMs", "method", "solved", "median s", "worst s",
+              "exact", "moved med/worst"]
+    rows = []
+    count = 3 if quick else 10
+    for family, hosts, options in PLANTED_QUICK if quick else PLANTED:
+        instances = [planted(seed, hosts, **options) for seed in range(count)]
+        problems = [load_problem(i.hostvars, i.settings) for i in instances]
+        assert all(not check(p, i.vdm) for p, i in zip(problems, instances, strict=True))
+        vms = statistics.median(len(i.vms) for i in instances)
+        methods = {"YASCO": planner, "greedy alone": greedy, **{
+            k: v for k, v in METHODS.items() if k != "YASCO"}}
+        for name, method in methods.items():
+            solved, times, exact = 0, [], 0
+            for problem in problems:
+                start = time.perf_counter()
+                answer = method(problem)
+                times.append(time.perf_counter() - start)
+                solved += bool(answer)
+                exact += isinstance(answer, Plan) and answer.method == "exact"
+            moved = ""
+            if name == "YASCO":
+                shares = [s for seed, i in enumerate(instances)
+                          if (s := moved_on_growth(i, seed)) is not None]
+                moved = (f"{statistics.median(shares):.1f}% / {max(shares):.1f}%"
+                         if shares else "-")
+            rows.append([family, hosts, int(vms), name, f"{solved}/{count}",
+                         f"{statistics.median(times):.2f}", f"{max(times):.2f}",
+                         exact if name == "YASCO" else "", moved])
+            print(f"  {family}, {hosts} hosts: {name} solves {solved}/{count}",
+                  file=sys.stderr, flush=True)
+    print(table(rows, header))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true",
                         help="12-host families and a 50-host scale case (a minute)")
+    parser.add_argument("--planted", action="store_true",
+                        help="planted-feasible families instead: solved / total and times")
     args = parser.parse_args()
+    if args.planted:
+        run_planted(args.quick)
+        return
     run_families(args.quick)
     print()
     if args.quick:

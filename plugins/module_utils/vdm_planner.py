@@ -47,6 +47,8 @@ _UNITS = {"vcpus": "vCPUs", "memory_mb": "MB memory", "net_mbps": "Mbps network"
 _BRANCHES = 3  # runners-up tried at each link of a chain before giving up
 _EVICTION_HOMES = 4  # hosts on which a VM that fits nowhere tries to make room
 _EVICTION_TRIALS = 4  # single VMs tried for eviction on each of them
+# A re-plan that moves more than this share of the VMs asks the exact search for fewer.
+_STABLE_SHARE = 0.05
 _WHAT_HELPS = ("add or enlarge hypervisors, lower yasco_failures_to_tolerate, or make "
                "some VMs plain (ha: false) or preemptible")
 
@@ -550,7 +552,7 @@ def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, 
         for vms in (kept + new, order, new + kept):
             attempts += [(pack, vms, previous_home) for pack in (False, True)]
     attempts += [(pack, order, {}) for pack in (False, True)]
-    failure = None
+    failure, furthest = None, None
     for pack, vms, homes in attempts:
         state = _State(problem, pack=pack, previous_chains=previous_chains if homes else None)
         try:
@@ -558,6 +560,10 @@ def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, 
             return state
         except VdmInfeasible as err:
             failure = failure or err
+            if furthest is None or len(state.home) > len(furthest.home):
+                furthest = state
+    # Where the attempt that placed most VMs put them: the exact search starts there.
+    failure.partial = furthest
     raise failure
 
 
@@ -592,6 +598,9 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
             raise
         state = _solved(problem, previous_home, time_limit, greedy)
         method = "exact"
+    else:
+        if exact and _moves(state, previous_home) > _STABLE_SHARE * len(previous_home):
+            state, method = _fewer_moves(problem, previous_home, time_limit, state)
     if rebalance_moves:
         _rebalance(state, problem, rebalance_moves)
     result = _plan_of(state, problem)
@@ -614,17 +623,19 @@ def _plan_of(state: _State, problem: Problem) -> Plan:
                 reserve=reserve)
 
 
-def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
-            greedy: VdmInfeasible) -> _State:
-    """The exact search's plan as a planner state, or the answer it gives instead."""
-    outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home)
-    greedy_said = str(greedy).split("; " + _WHAT_HELPS)[0]
-    if outcome.status == "infeasible":
-        raise VdmInfeasible(f"{greedy_said}; {outcome.reason}; {_WHAT_HELPS}")
-    if outcome.status != "plan":
-        raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
-                          f"the exact search did not settle it ({outcome.reason}); "
-                          f"{_likeliest_fix(problem)}")
+def _hints(state: _State | None) -> tuple[dict[str, str], dict[str, dict[frozenset, str]]]:
+    """A greedy state's homes and targets per failure set, for the exact search."""
+    if state is None:
+        return {}, {}
+    home = {name: state.names[j] for name, j in state.home.items()}
+    targets = {name: {state.sets[s]: state.names[t] for sets, t in chain for s in sets}
+               for name, chain in state.chains.items()}
+    return home, targets
+
+
+def _state_of(problem: Problem, outcome: vdm_solver.Outcome) -> _State:
+    """The exact search's plan as a planner state: each VM's targets grouped by host
+    are the links of its chain."""
     state = _State(problem)
     index = {key: i for i, key in enumerate(state.sets)}
     for name in sorted(outcome.home):
@@ -635,6 +646,45 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
         chain = [(np.array(sorted(sets)), state.index[t]) for t, sets in by_target.items()]
         state.place(vm, state.index[outcome.home[name]], state.demand(vm), chain)
     return state
+
+
+def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
+            greedy: VdmInfeasible) -> _State:
+    """The exact search's plan, started where the greedy search got furthest, or the
+    answer it gives instead."""
+    hint_home, hint_targets = _hints(getattr(greedy, "partial", None))
+    outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
+                               hint_home=hint_home, hint_targets=hint_targets)
+    greedy_said = str(greedy).split("; " + _WHAT_HELPS)[0]
+    if outcome.status == "infeasible":
+        raise VdmInfeasible(f"{greedy_said}; {outcome.reason}; {_WHAT_HELPS}")
+    if outcome.status != "plan":
+        raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
+                          f"the exact search did not settle it ({outcome.reason}); "
+                          f"{_likeliest_fix(problem)}")
+    return _state_of(problem, outcome)
+
+
+def _moves(state: _State, previous_home: dict[str, str]) -> int:
+    return sum(state.names[j] != previous_home[n] for n, j in state.home.items()
+               if n in previous_home)
+
+
+def _fewer_moves(problem: Problem, previous_home: dict[str, str], time_limit: float,
+                 state: _State) -> tuple[_State, str]:
+    """A re-plan for which the greedy search moved many VMs: the exact search, started
+    from it, looks for one that moves fewer; the better of the two, and its search."""
+    if vdm_solver.supported(problem):
+        return state, "greedy"
+    hint_home, hint_targets = _hints(state)
+    outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
+                               hint_home=hint_home, hint_targets=hint_targets)
+    if outcome.status != "plan":
+        return state, "greedy"
+    solved = _state_of(problem, outcome)
+    if _moves(solved, previous_home) < _moves(state, previous_home):
+        return solved, "exact"
+    return state, "greedy"
 
 
 def _likeliest_fix(problem: Problem) -> str:

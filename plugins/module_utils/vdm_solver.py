@@ -37,6 +37,7 @@ Pure Python and OR-Tools, no I/O and no Ansible.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
@@ -93,9 +94,23 @@ class _Shape:
 def _inside(problem: Problem) -> dict[tuple[frozenset[str], str], list[frozenset[str]]]:
     """For each failure set S and host h in it, the planned proper subsets of S that
     hold h, smallest first: where nesting ties a VM of h under S to its target."""
-    family = problem.failure_sets
-    return {(larger, h): sorted((s for s in family if h in s and s < larger), key=len)
-            for larger in family for h in larger}
+    family = set(problem.failure_sets)
+    sets_with: dict[str, list[frozenset[str]]] = {}
+    for failed in problem.failure_sets:
+        for h in failed:
+            sets_with.setdefault(h, []).append(failed)
+    inside = {}
+    for larger in problem.failure_sets:
+        for h in larger:
+            if len(larger) <= 4:  # X hosts: try its few subsets
+                others = sorted(larger - {h})
+                found = [frozenset((h, *c)) for k in range(len(others))
+                         for c in itertools.combinations(others, k)]
+                found = [s for s in found if s in family]
+            else:  # a whole failure domain: look through the sets that hold h
+                found = [s for s in sets_with[h] if s < larger]
+            inside[(larger, h)] = sorted(found, key=lambda s: (len(s), sorted(s)))
+    return inside
 
 
 def _nested_in_chains(inside: dict[tuple[frozenset[str], str], list[frozenset[str]]]
@@ -143,6 +158,8 @@ class _Model:
         # (failure set, host) -> (shape, count) of the VMs that may arrive there
         self.arriving: dict[tuple[frozenset[str], str], list] = {}
         self.stay: list[tuple[cp_model.IntVar, cp_model.IntVar, int]] = []
+        self.firm: dict[tuple[str, str], tuple[list, list[int]]] = {}  # host, resource
+        self.fit_cache: dict[tuple[_Shape, str], int] = {}
         self._homes()
         self._failures()
         self._anti_affinity()
@@ -167,55 +184,62 @@ class _Model:
 
     def _fits(self, c: _Shape, h: str) -> int:
         """How many VMs of shape c host h could hold alone."""
-        most = len(self.vms_of[c])
-        if c.anti_affinity:
-            most = min(most, 1)
-        for r in self.resources:
-            cap, need = self.cap[h][r], self.need[c][r]
-            if cap is not None and need:
-                most = min(most, cap // need)
-        return max(most, 0)
+        most = self.fit_cache.get((c, h))
+        if most is None:
+            most = len(self.vms_of[c])
+            if c.anti_affinity:
+                most = min(most, 1)
+            for r in self.resources:
+                cap, need = self.cap[h][r], self.need[c][r]
+                if cap is not None and need:
+                    most = min(most, cap // need)
+            self.fit_cache[(c, h)] = most = max(most, 0)
+        return most
+
+    # Sums go through LinearExpr.weighted_sum: building them with + is what makes a
+    # model of a few hundred thousand variables slow to state in Python.
 
     def _homes(self) -> None:
         m = self.model
         for c in self.shapes:
             hosts = [c.home] if c.home else sorted(c.allowed)
             for h in hosts:
-                self.home[(c, h)] = m.NewIntVar(0, self._fits(c, h), "")
-            m.Add(sum(self.home[(c, h)] for h in hosts) == len(self.vms_of[c]))
+                self.home[(c, h)] = m.new_int_var(0, self._fits(c, h), "")
+            m.add(cp_model.LinearExpr.sum([self.home[(c, h)] for h in hosts])
+                  == len(self.vms_of[c]))
         for h in self.hosts:
             here = [c for c in self.shapes if (c, h) in self.home]
+            firm = [c for c in here if not c.preemptible]
             for r in self.resources:
+                self.firm[(h, r)] = ([self.home[(c, h)] for c in firm],
+                                     [self.need[c][r] for c in firm])
                 if self.cap[h][r] is not None:
-                    m.Add(sum(self.need[c][r] * self.home[(c, h)] for c in here)
-                          <= self.cap[h][r])
-
-    def firm(self, h: str, r: str):
-        return sum(self.need[c][r] * self.home[(c, h)] for c in self.shapes
-                   if not c.preemptible and (c, h) in self.home)
+                    m.add(cp_model.LinearExpr.weighted_sum(
+                        [self.home[(c, h)] for c in here], [self.need[c][r] for c in here])
+                        <= self.cap[h][r])
 
     def _failures(self) -> None:
         m = self.model
-        arriving = self.arriving
+        ha = [c for c in self.shapes if c.ha]
         for failed in self.problem.failure_sets:
-            for c in self.shapes:
-                if not c.ha:
-                    continue
+            for c in ha:
                 for h in sorted(failed):
                     home = self.home.get((c, h))
                     if home is None:
                         continue
-                    survivors = sorted(c.allowed - failed)
-                    go = {t: m.NewIntVar(0, self._fits(c, t), "") for t in survivors}
+                    go = {t: m.new_int_var(0, self._fits(c, t), "")
+                          for t in sorted(c.allowed - failed)}
                     self.go[(c, h, failed)] = go
-                    m.Add(sum(go.values()) == home)
+                    m.add(cp_model.LinearExpr.sum(list(go.values())) == home)
                     for t, count in go.items():
-                        arriving.setdefault((failed, t), []).append((c, count))
-        for (failed, t), incoming in arriving.items():
+                        self.arriving.setdefault((failed, t), []).append((c, count))
+        for (failed, t), incoming in self.arriving.items():
             for r in self.resources:
                 if self.cap[t][r] is not None:
-                    m.Add(self.firm(t, r) + sum(self.need[c][r] * count
-                                                for c, count in incoming) <= self.cap[t][r])
+                    firm, needs = self.firm[(t, r)]
+                    m.add(cp_model.LinearExpr.weighted_sum(
+                        firm + [count for c, count in incoming],
+                        needs + [self.need[c][r] for c, count in incoming]) <= self.cap[t][r])
         # Nesting: whoever goes to a host that survives the larger set too still goes
         # there. On counts, against the largest subset (the others are inside it).
         for (c, h, failed), go in self.go.items():
@@ -223,23 +247,27 @@ class _Model:
             for smaller in inside[-1:] if c.name is None else inside:
                 before = self.go[(c, h, smaller)]
                 for t, count in go.items():
-                    m.Add(count >= before[t])
+                    m.add(count >= before[t])
 
     def _anti_affinity(self) -> None:
         m = self.model
         labels = sorted(set().union(*(c.anti_affinity for c in self.shapes)))
+        firm_with: dict[tuple[str, str], list] = {}
         for label in labels:
             sharing = [c for c in self.shapes if label in c.anti_affinity]
             for h in self.hosts:
                 here = [self.home[(c, h)] for c in sharing if (c, h) in self.home]
                 if len(here) > 1:
-                    m.Add(sum(here) <= 1)
+                    m.add(cp_model.LinearExpr.sum(here) <= 1)
+                firm_with[(label, h)] = [self.home[(c, h)] for c in sharing
+                                         if not c.preemptible and (c, h) in self.home]
         for (failed, t), incoming in self.arriving.items():
-            for label in set().union(*(c.anti_affinity for c, dummy in incoming)):
-                arriving = [count for c, count in incoming if label in c.anti_affinity]
-                staying = [self.home[(c, t)] for c in self.shapes if label in c.anti_affinity
-                           and not c.preemptible and (c, t) in self.home]
-                m.Add(sum(arriving) + sum(staying) <= 1)
+            by_label: dict[str, list] = {}
+            for c, count in incoming:
+                for label in c.anti_affinity:
+                    by_label.setdefault(label, []).append(count)
+            for label, arriving in by_label.items():
+                m.add(cp_model.LinearExpr.sum(arriving + firm_with[(label, t)]) <= 1)
 
     def keep(self, previous_home: dict[str, str]) -> None:
         """Count the VMs that stay where `previous_home` has them (`stay`)."""
@@ -247,36 +275,44 @@ class _Model:
             before = Counter(previous_home[n] for n in names if n in previous_home)
             for h, count in before.items():
                 if (c, h) in self.home:
-                    stay = self.model.NewIntVar(0, count, "")
-                    self.model.Add(stay <= self.home[(c, h)])
+                    stay = self.model.new_int_var(0, count, "")
+                    self.model.add(stay <= self.home[(c, h)])
                     self.stay.append((stay, self.home[(c, h)], count))
 
     def fewest_moves(self, solver) -> None:
         """Maximise the VMs that stay, starting from the plan `solver` holds."""
-        self.model.ClearHints()
+        self.model.clear_hints()
         for (dummy, h), v in self.home.items():
-            self.model.AddHint(v, solver.Value(v))
+            self.model.add_hint(v, solver.value(v))
         for go in self.go.values():
             for v in go.values():
-                self.model.AddHint(v, solver.Value(v))
+                self.model.add_hint(v, solver.value(v))
         for stay, home, count in self.stay:
-            self.model.AddHint(stay, min(solver.Value(home), count))
-        self.model.Maximize(sum(stay for stay, dummy, dummy in self.stay))
+            self.model.add_hint(stay, min(solver.value(home), count))
+        self.model.maximize(sum(stay for stay, dummy, dummy in self.stay))
 
-    def hint(self, home: dict[str, str]) -> None:
-        """Start the search from the homes of `home` (a partial plan will do)."""
+    def hint(self, home: dict[str, str],
+             targets: dict[str, dict[frozenset[str], str]]) -> None:
+        """Start the search from `home` and `targets` (a partial plan will do)."""
+        go: Counter = Counter()
         for c, names in self.vms_of.items():
             counts = Counter(home[n] for n in names if n in home)
             for h in (c.allowed if c.home is None else [c.home]):
                 if (c, h) in self.home:
-                    self.model.AddHint(self.home[(c, h)], counts.get(h, 0))
+                    self.model.add_hint(self.home[(c, h)], counts.get(h, 0))
+            for name in names:
+                for failed, t in targets.get(name, {}).items():
+                    go[(c, home[name], failed, t)] += 1
+        for (c, h, failed), variables in self.go.items():
+            for t, v in variables.items():
+                self.model.add_hint(v, go.get((c, h, failed, t), 0))
 
     def read(self, solver, previous_home: dict[str, str]) -> tuple[dict, dict]:
         """One home per VM and, per failure set holding it, one target per HA VM."""
         home: dict[str, str] = {}
         targets: dict[str, dict[frozenset[str], str]] = {}
         for c, names in self.vms_of.items():
-            left = {h: solver.Value(v) for (shape, h), v in self.home.items() if shape == c}
+            left = {h: solver.value(v) for (shape, h), v in self.home.items() if shape == c}
             # VMs that may stay where they were do, so a re-plan moves few.
             waiting = []
             for name in names:
@@ -302,7 +338,7 @@ class _Model:
         for name in group:
             targets[name] = {}
         for failed in sorted((s for s in self.problem.failure_sets if h in s), key=len):
-            want = {t: solver.Value(v) for t, v in self.go[(c, h, failed)].items()}
+            want = {t: solver.value(v) for t, v in self.go[(c, h, failed)].items()}
             smaller = self.inside[(failed, h)][-1:]
             free = []
             for name in group:
@@ -321,9 +357,12 @@ class _Model:
 
 
 def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | None = None,
-          hint_home: dict[str, str] | None = None, workers: int | None = None) -> Outcome:
+          hint_home: dict[str, str] | None = None,
+          hint_targets: dict[str, dict[frozenset[str], str]] | None = None,
+          workers: int | None = None) -> Outcome:
     """Search for a plan of `problem` for up to `time_limit` seconds, leaving VMs at
-    `previous_home` where it can and starting from `hint_home` (both optional)."""
+    `previous_home` where it can and starting from the homes `hint_home` and failover
+    targets `hint_targets` (a partial plan, such as where the greedy search stopped)."""
     start = time.perf_counter()
     reason = supported(problem)
     if reason:
@@ -333,7 +372,7 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
     if previous_home:
         model.keep(previous_home)
     if hint_home:
-        model.hint(hint_home)
+        model.hint(hint_home, hint_targets or {})
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
 
@@ -343,12 +382,12 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
     # First any plan (CP-SAT stops at the first), then, if VMs were placed before, the
     # one that moves fewest of them, for a few seconds from there.
     solver.parameters.max_time_in_seconds = left()
-    status = solver.Solve(model.model)
+    status = solver.solve(model.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and model.stay:
         first = model.read(solver, previous_home)
         model.fewest_moves(solver)
         solver.parameters.max_time_in_seconds = min(IMPROVE_SECONDS, left())
-        if solver.Solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Outcome("plan", *first, seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
