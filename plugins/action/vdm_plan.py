@@ -18,7 +18,8 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.yasco.cluster.plugins.module_utils import atomic_file, vdm_document
+from ansible_collections.yasco.cluster.plugins.module_utils import (
+    atomic_file, vdm_document, vdm_what_if)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     VdmInputError, load_problem, problem_digest)
@@ -32,6 +33,8 @@ ARGUMENT_SPEC = {
     "rebalance_moves": {"type": "int", "default": 0},
     "verify": {"type": "bool", "default": False},
     "time_limit": {"type": "float", "default": 60.0},
+    "what_if": {"type": "str"},
+    "what_if_flavour": {"type": "str"},
 }
 GLOBAL_VARS = ("yasco_vms", "yasco_vm_defaults", "yasco_failures_to_tolerate",
                "yasco_failure_domains_to_tolerate", "yasco_cpu_allocation_ratio")
@@ -116,6 +119,8 @@ class ActionModule(ActionBase):
         per_host = _native({h: {k: hostvars[h][k] for k in hostvars[h]
                                 if k not in SKIPPED_HOST_VARS}
                             for h in members})
+        if args["what_if"]:
+            return self._what_if(result, per_host, global_vars, args)
         path = args["path"] or _default_path(task_vars)
         _refuse_masking(path)
         previous = _read(path)
@@ -174,6 +179,22 @@ class ActionModule(ActionBase):
                  f"{len(problem.hosts)} hypervisors, {len(problem.failure_sets)} failure "
                  f"sets covered, {len(moved)} VMs move home"
                  + (" (found by the exact search)" if planned.method == "exact" else "")))
+        return result
+
+    @staticmethod
+    def _what_if(result: dict, per_host: dict, global_vars: dict, args: dict) -> dict:
+        """Only answer how much HA load fits in each scenario; write nothing."""
+        try:
+            probe, outcomes = vdm_what_if.what_if(per_host, global_vars, args["what_if"],
+                                                  args["what_if_flavour"], args["time_limit"])
+        except VdmInputError as err:
+            result.update(failed=True, problems=err.problems,
+                          msg="invalid what-if: " + "; ".join(err.problems))
+            return result
+        lines = vdm_what_if.table(probe, outcomes)
+        result.update(changed=False, flavour=probe, table=lines,
+                      what_if=[vars(o) for o in outcomes],
+                      msg="what if (nothing written):\n" + "\n".join(lines))
         return result
 
     @staticmethod

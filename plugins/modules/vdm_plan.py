@@ -63,6 +63,21 @@ options:
         could not place and what would most likely help, and writes nothing.
     type: float
     default: 60
+  what_if:
+    description:
+      - Only answer, for the inventory as it is and for each scenario, whether it has a
+        plan and how many more HA VMs of O(what_if_flavour) would fit on top (as
+        Ganeti's hspace does), in a table. Writes nothing.
+      - Scenarios separated by commas, each compared with the inventory as it is
+        (C(yasco_what_if) in C(playbooks/plan.yml)) - V(add-host:VCPUS:MEMORY_MB) (a
+        hypervisor joins), V(remove-host:NAME) (one leaves),
+        V(add-vms:COUNT:VCPUS:MEMORY_MB[:ha|plain|preemptible]) (VMs join).
+    type: str
+  what_if_flavour:
+    description:
+      - The size of the HA VMs counted by O(what_if), as V(VCPUS:MEMORY_MB).
+      - Defaults to the most common size of the inventory's HA VMs.
+    type: str
   verify:
     description:
       - Only check that the map on file was planned from the inventory as it is now
@@ -104,6 +119,11 @@ EXAMPLES = r"""
 - name: Plan, giving the exact search up to five minutes when the greedy one fails
   yasco.cluster.vdm_plan:
     time_limit: 300
+
+- name: Ask how many more 4 vCPU, 8 GB HA VMs fit with one more host, or one fewer
+  yasco.cluster.vdm_plan:
+    what_if: add-host:64:262144,remove-host:hv3
+    what_if_flavour: "4:8192"
 
 - name: Plan into a file of one's choosing
   yasco.cluster.vdm_plan:
@@ -148,6 +168,19 @@ method:
   returned: changed
   type: str
   sample: greedy
+table:
+  description: With O(what_if), the answer per scenario as the lines of a table.
+  returned: with what_if
+  type: list
+  elements: str
+what_if:
+  description:
+    - With O(what_if), per scenario - C(scenario), C(hosts), C(vms), C(answer) (plan,
+      infeasible, not_found or invalid), C(fits) (more HA VMs of the flavour that fit),
+      C(at_least) (a larger count was not settled in time) and C(detail).
+  returned: with what_if
+  type: list
+  elements: dict
 moved:
   description: The VMs whose home differs from the current map's.
   returned: success

@@ -171,3 +171,19 @@ def test_a_time_limit_of_zero_is_refused_naming_the_variable(tmp_path):
     assert "time_limit: must be more than 0 seconds, got 0 (yasco_plan_time_limit)" \
         in task["msg"]
     assert not vdm_file(inv).exists()
+
+
+def test_what_if_reports_a_table_per_scenario_and_writes_nothing(tmp_path):
+    inv = inventory(tmp_path, VMS)
+    rc, task = run_plan(inv, "-e", "yasco_what_if=add-host:8:8192,remove-host:hv3",
+                        "-e", "yasco_what_if_flavour=2:2048")
+    assert rc == 0 and task["changed"] is False, task
+    rows = {row["scenario"]: (row["hosts"], row["answer"], row["fits"])
+            for row in task["what_if"]}
+    # web1, web2 and db1 take 6 of the 16 vCPUs HA VMs may use on three hosts, of
+    # the 24 on four; two hosts cannot keep web1 and web2 apart after a failure.
+    assert rows == {"as is": (3, "plan", 5), "add-host:8:8192": (4, "plan", 9),
+                    "remove-host:hv3": (2, "infeasible", 0)}
+    assert task["table"][0].startswith("scenario")
+    assert task["table"][2].split() == ["as", "is", "3", "4", "plan", "5"]
+    assert not vdm_file(inv).exists()
