@@ -655,7 +655,7 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
     hint_home, hint_targets = _hints(getattr(greedy, "partial", None))
     outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
                                hint_home=hint_home, hint_targets=hint_targets)
-    greedy_said = str(greedy).split("; " + _WHAT_HELPS)[0]
+    greedy_said = str(greedy).split("; " + _WHAT_HELPS, maxsplit=1)[0]
     if outcome.status == "infeasible":
         raise VdmInfeasible(f"{greedy_said}; {outcome.reason}; {_WHAT_HELPS}")
     if outcome.status != "plan":
