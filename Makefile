@@ -1,6 +1,7 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
-.PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover sanity units
+.PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery \
+	sanity units
 
 setup:
 	@scripts/bootstrap
@@ -29,6 +30,11 @@ bench-provision: setup
 # Crash to HA VMs running and writing again, with the HA watcher, on the lab (docs/ha.md).
 bench-failover: setup
 	.venv/bin/python benchmarks/failover.py
+
+# A VM killed, a failed start, a clean reboot and a host crash, to the canary writing
+# again, with the HA reconciler and without it, on the lab (docs/ha.md).
+bench-recovery: setup
+	.venv/bin/python benchmarks/recovery.py
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup

@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     p_status.add_argument("--json", action="store_true", help="machine-readable output")
     for verb, text in (("crash", "power loss: SIGKILL every process of HOST"),
                        ("boot", "start a crashed HOST again, like a reboot"),
+                       ("reboot", "a clean reboot of HOST: agent stopped, guests shut "
+                                  "down, host restarted"),
+                       ("shutdown", "a clean poweroff of HOST: agent stopped, guests shut "
+                                    "down, host off"),
                        ("partition", "cut HOST's network; everything on it keeps running"),
                        ("heal", "restore HOST's network")):
         verbs.add_parser(verb, help=text).add_argument("host", metavar="HOST")

@@ -1,7 +1,7 @@
 """A lab hypervisor: libvirtd + QEMU, an etcd member and sshd inside one node.
 
-Each host sees its own /etc/libvirt, /var/lib/libvirt, /var/log/libvirt, /etc/ceph
-and /root/.ssh (bind mounts of its directory under the lab's state dir, kept across
+Each host sees its own /etc/libvirt, /var/lib/libvirt, /var/log/libvirt, /etc/ceph,
+/root and /root/.ssh (bind mounts of its directory under the lab's state dir, kept across
 a crash like a disk) and a fresh /run and /tmp on every boot, like a reboot.
 """
 
@@ -32,6 +32,9 @@ _PRIVATE_DIRS = [
     ("var-cache-libvirt", "/var/cache/libvirt"),
     ("log", "/var/log/libvirt"),
     ("etc-ceph", "/etc/ceph"),
+    # A home of its own, as a machine has: an SSH login to the host runs none of the
+    # controller's shell start-up files, nor waits on their locks.
+    ("root-home", "/root"),
     ("root-ssh", "/root/.ssh"),
 ]
 
@@ -147,10 +150,10 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     """Mount the host's private directories and start its services (not waiting)."""
     mounts = "\n".join(f"mkdir -p {target} && mount --bind {host.root / sub} {target}"
                        for sub, target in _PRIVATE_DIRS)
-    # The agent runs from this checkout; one under /tmp or /run (a CI clone) would be
+    # The agent runs from this checkout; one under /tmp, /run or /root (a CI clone) would be
     # hidden by the fresh ones, so it is set aside first and put back on top.
     stash, keep, restore = host.root / "checkout", "", ""
-    if _REPO.is_relative_to("/tmp") or _REPO.is_relative_to("/run"):
+    if any(_REPO.is_relative_to(hidden) for hidden in ("/tmp", "/run", "/root")):
         keep = f"mkdir -p {stash} && mount --bind {_REPO} {stash}"
         restore = f"mkdir -p {_REPO} && mount --bind {stash} {_REPO}"
     wrapper = host.root / "qemu-system-x86_64"
@@ -165,9 +168,9 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
         {keep}
         mount -t tmpfs -o mode=0755 tmpfs /run
         mount -t tmpfs -o mode=1777 tmpfs /tmp
-        {restore}
         mkdir -p /run/sshd /run/lock
         {mounts}
+        {restore}
         mkdir -p {_QEMU_TREE}/bin
         ln -s /usr/share {_QEMU_TREE}/share
         ln -s /usr/lib {_QEMU_TREE}/lib
@@ -223,6 +226,8 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None
     user = credentials.EtcdUser(etcd_access.agent_role(host.name))
     config = {"host": host.name, "cluster": CLUSTER_NAME, "ttl": AGENT_TTL,
               "margin": AGENT_MARGIN, "address": host.address, "ceph_addrs": [host.address],
+              # The canaries ignore ACPI: failing over on a poweroff powers them off.
+              "shutdown_timeout": 3,
               **user.options([host.etcd_client_url, *others])}
     # It holds the agent's etcd password.
     pki.write_private(agent_config_path(host), json.dumps(config, indent=2) + "\n")
@@ -244,7 +249,7 @@ def wait_ready(node: Node, host: HostLayout, timeout: float) -> None:
             raise LabError(f"{host.name}: sshd did not start within {timeout:.0f} s; "
                            f"see {host.root / 'log' / 'sshd.log'}")
         time.sleep(0.2)
-    _define_ceph_secret(node, host)
+    define_ceph_secret(node, host)
 
 
 def _last_error(host: HostLayout) -> str:
@@ -266,7 +271,7 @@ def _port_open(address: str, port: int) -> bool:
         return False
 
 
-def _define_ceph_secret(node: Node, host: HostLayout) -> None:
+def define_ceph_secret(node: Node, host: HostLayout) -> None:
     """libvirt holds the hypervisor's cephx key as a secret, never in domain XML."""
     run_dir = host.root / "etc-libvirt"
     xml = run_dir / "ceph-secret.xml"

@@ -18,7 +18,7 @@ from pathlib import Path
 from . import (canary, ceph, credentials, etcd, hypervisor, inventory, network, node,
                sshkeys)
 from .errors import LabError
-from .layout import (BRIDGE, CEPH_POOL, MAX_HOSTS, PREFIX_LEN, HostLayout, ceph_address,
+from .layout import (BRIDGE, CEPH_POOL, CEPH_SECRET_UUID, MAX_HOSTS, PREFIX_LEN, HostLayout, ceph_address,
                      ceph_admin_keyring_path, ceph_conf_path, canary_dir, ceph_dir,
                      host_names, inventory_dir, pki_dir, ssh_key_path, state_dir,
                      state_file, veth_name)
@@ -285,6 +285,35 @@ def boot(name: str, timeout: float = 60) -> None:
         hypervisor.wait_ready(new, host, timeout=timeout)
 
 
+def reboot(name: str, timeout: float = 60) -> None:
+    """A clean reboot, as systemd does one: the agent stops first (told it is a
+    reboot), the guests still running go down, the host restarts."""
+    with _host_verb(name, running=True) as (state, host, n):
+        _go_down(n, host, "reboot")
+        new = _start_host(host, state.layouts(), state)
+        etcd.wait_healthy([host], timeout=timeout)
+        hypervisor.wait_ready(new, host, timeout=timeout)
+
+
+def shutdown(name: str) -> None:
+    """A clean poweroff, as systemd does one: the agent stops first (told it is a
+    poweroff), the guests still running go down, the host is off (boot starts it)."""
+    with _host_verb(name, running=True) as (dummy, host, n):
+        _go_down(n, host, "poweroff")
+
+
+def _go_down(n: node.Node, host: HostLayout, intent: str) -> None:
+    # What systemd's shutdown does, in its order: the agent's unit stops before
+    # libvirt-guests', which shuts down every guest (the canaries ignore ACPI, so as
+    # at the end of its timeout they are powered off); then the machine goes.
+    n.run("sh", "-ec", f"mkdir -p /run/yasco-agent && echo {intent} > "
+                       "/run/yasco-agent/shutdown")
+    n.run("sh", "-ec", hypervisor.agent_service_commands(host)["stop"], timeout=120)
+    n.run("sh", "-ec", "for d in $(virsh -c qemu:///system list --name); do "
+                       "virsh -c qemu:///system destroy \"$d\"; done", timeout=60)
+    n.kill()
+
+
 def partition(name: str) -> None:
     """Cut the host's network; everything on it keeps running."""
     with _host_verb(name, running=True) as (state, host, dummy):
@@ -340,6 +369,21 @@ def status() -> dict:
         "inventory": str(inventory_dir()),
         "ssh_key": str(ssh_key_path()),
     }
+
+
+def ceph_secret(name: str, present: bool) -> None:
+    """Remove the host's libvirt secret for Ceph (every VM start there then fails, as
+    with a broken hypervisor), or define it again."""
+    with _locked():
+        state = _require_up()
+        host = _check_host(state, name)
+        n = state.node(name)
+        if n is None or not n.alive():
+            raise LabError(f"{name} is down")
+        if present:
+            hypervisor.define_ceph_secret(n, host)
+        else:
+            n.run("virsh", "-q", "secret-undefine", CEPH_SECRET_UUID, check=False)
 
 
 def run_on_host(name: str, *command: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -100,8 +100,13 @@ def spawn(name: str, log: Path) -> Node:
 
 def attach(node: Node, veth: str, address: str, prefix_len: int, hostname: str) -> None:
     """Plug the node into the lab bridge as eth0 with `address`, and name it."""
+    # The kernel removes the old pair with the old node's namespace, a moment after
+    # the node dies: it may be gone by the time it is deleted here.
     if Path(f"/sys/class/net/{veth}").exists():
-        ip("link", "del", veth)
+        ip("link", "del", veth, check=False)
+    deadline = time.monotonic() + 5
+    while Path(f"/sys/class/net/{veth}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", str(node.init_pid))
     ip("link", "set", veth, "master", BRIDGE, "up")
     node.run("sh", "-ec", f"""

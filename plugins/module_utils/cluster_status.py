@@ -66,6 +66,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
     # One transaction: every record as of one revision, consistent with each other.
     snapshot = etcd.get_prefixes([etcd_keys.hosts_prefix(cluster=cluster),
                                   etcd_keys.vms_prefix(cluster=cluster),
+                                  etcd_keys.requested_prefix(cluster=cluster),
                                   etcd_keys.fences_prefix(cluster=cluster),
                                   etcd_keys.disarmed_key(cluster=cluster)])
     stored = {kv.key: kv for kvs in snapshot.values() for kv in kvs}
@@ -110,6 +111,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         })
     records = {kv.key.rsplit("/", 1)[-1]: from_json(kv.value, kv.key)
                for kv in snapshot[etcd_keys.vms_prefix(cluster=cluster)]}
+    requested = {kv.key.rsplit("/", 1)[-1]: (from_json(kv.value, kv.key) or {}).get("state")
+                 for kv in snapshot[etcd_keys.requested_prefix(cluster=cluster)]}
     vms = []
     for name in sorted(set(vdm.get("home", {})) | set(records) | set(seen)):
         record = records.get(name) or {}
@@ -127,6 +130,9 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         vms.append({"name": name, "home": vdm.get("home", {}).get(name),
                     "recorded_host": record.get("host"), "recorded_state": record.get("state"),
                     "running_on": running, "kind": kinds.get(name, ""),
+                    # What HA is asked to keep true (playbooks/vm_state.yml).
+                    "requested": requested.get(name, "started" if kinds.get(name) == "ha"
+                                               else None),
                     "record": records.get(name)})
     host_table = _table([[h["name"], "yes" if h["alive"] else "NO",
                           "-" if h["lease_ttl"] is None else h["lease_ttl"],
@@ -135,22 +141,27 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                         ["hypervisor", "alive", "lease ttl", "fenced", "maintenance",
                          "libvirt", "domains"])
     vm_table = _table([[v["name"], v["kind"], v["home"] or "-", v["recorded_host"] or "-",
-                        v["recorded_state"] or "-", ",".join(v["running_on"]) or "-"]
+                        v["recorded_state"] or "-", ",".join(v["running_on"]) or "-",
+                        v["requested"] or "-"]
                        for v in vms],
-                      ["vm", "kind", "home", "etcd host", "etcd state", "running on"])
+                      ["vm", "kind", "home", "etcd host", "etcd state", "running on",
+                       "requested"])
     events = cluster_events.recent(etcd, params["events"], cluster=cluster)
     tables = [host_table, vm_table]
     flag = stored.get(etcd_keys.disarmed_key(cluster=cluster))
     disarmed = None if flag is None else (from_json(flag.value, flag.key) or {})
     if disarmed is not None:
-        tables.insert(0, f"HA DISARMED by {disarmed.get('by', '?')} since "
-                         f"{disarmed.get('since', '?')}: {disarmed.get('reason', '-')}; no "
-                         "failure is evacuated until it is re-armed "
-                         "(playbooks/disarm.yml -e yasco_ha_disarmed=false)")
+        frozen = disarmed.get("mode") == "freeze"
+        tables.insert(0, f"HA DISARMED{' (FROZEN)' if frozen else ''} by "
+                         f"{disarmed.get('by', '?')} since {disarmed.get('since', '?')}: "
+                         f"{disarmed.get('reason', '-')}; no failure is evacuated"
+                         f"{', and no agent self-fences,' if frozen else ''} until it is "
+                         "re-armed (playbooks/disarm.yml -e yasco_ha_disarmed=false)")
     if events:
         tables.append(_table([[e["at"], e["kind"], e.get("host", "-"), e.get("vm", "-"),
                                e.get("by", "-")] for e in events],
                              ["event at", "kind", "host", "vm", "by"]))
     return {"changed": False, "hypervisors": hosts, "vms": vms, "problems": problems,
+            "requested": {n: s for n, s in requested.items() if s},
             "events": events, "ha_disarmed": disarmed, "table": "\n\n".join(tables) + "\n",
             "summary": json.dumps({"problems": len(problems), "vms": len(vms)})}

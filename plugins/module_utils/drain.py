@@ -8,7 +8,8 @@ a return home does.
 
 Every VM running on the host leaves it live: an HA VM for the spare slot the VDM
 plans for that host's failure (the preemptible VMs the plan stops for it stop
-first), any other VM for the host with the most room left. A preemptible VM that
+first), any other VM for the host with the most room left that its placement rules
+allow (its allowed hosts, and no VM sharing an anti-affinity label). A preemptible VM that
 finds no room stops, as a failure would stop it; a plain VM that finds none makes
 the drain refuse before anything changes. The moves go in waves that overload no
 host even with a whole wave in flight.
@@ -39,7 +40,8 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
         raise DrainError(f"{host}: libvirt cannot be reached at {here.get('uri')}: check "
                          "the host, then run this again")
     others = sorted(h for h, entry in hosts.items() if h != host and entry.get("alive")
-                    and not entry.get("maintenance") and entry.get("libvirt") == "reachable")
+                    and not entry.get("maintenance") and not entry.get("fenced")
+                    and entry.get("libvirt") == "reachable")
     if not others:
         raise DrainError(f"no other hypervisor is up to take {host}'s VMs")
     vms = {vm["name"]: vm for vm in status.get("vms", [])}
@@ -60,6 +62,10 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
     for step in preempt:
         del current[step["vm"]]
     load = loads(current, sizes, capacity)
+    rules = vdm.get("vms") or {}
+    labels: dict[str, set[str]] = {h: set() for h in hosts}
+    for name, where in current.items():
+        labels.setdefault(where, set()).update(rules.get(name, {}).get("anti_affinity", []))
 
     leaving = sorted((name for name, where in current.items() if where == host),
                      key=lambda n: (kinds.get(n) != "ha", -sum(sizes.get(n, {}).values()), n))
@@ -71,8 +77,13 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
                              f"{record or 'nothing'}: settle that first")
         size = sizes.get(name, {r: 0.0 for r in RESOURCES})
         target = failover["targets"].get(name) if kinds.get(name) == "ha" else None
+        # The placement rules hold wherever it goes: the hosts it is allowed on, and
+        # never beside a VM sharing an anti-affinity label.
+        allowed = set(rules.get(name, {}).get("allowed") or others)
+        mine = set(rules.get(name, {}).get("anti_affinity", []))
         if target not in others or not fits(load[target], size, capacity[target]):
-            roomy = [h for h in others if fits(load[h], size, capacity[h])]
+            roomy = [h for h in others if h in allowed and not mine & labels[h]
+                     and fits(load[h], size, capacity[h])]
             target = max(roomy, key=lambda h: room(load[h], capacity[h])) if roomy else None
         if target is None:
             if kinds.get(name) == "preemptible":
@@ -82,10 +93,13 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
             continue
         for r, amount in size.items():
             load[target][r] += amount
+        labels[target] |= mine
         moves.append({"vm": name, "from": host, "to": target})
     if unplaced:
-        raise DrainError(f"no room on {', '.join(others)} for {', '.join(unplaced)}: free "
-                         f"capacity, or stop them by hand, then drain {host} again")
+        raise DrainError(f"no room on {', '.join(others)} for {', '.join(unplaced)} (on the "
+                         "hosts each is allowed on, beside no VM sharing an anti-affinity "
+                         "label): free capacity, or stop them by hand, then drain "
+                         f"{host} again")
     for step in stop:
         del current[step["vm"]]
     grouped = waves(moves, current, vdm, max(1, int(concurrency)))

@@ -6,12 +6,13 @@
 One role per kind of client, each allowed what it needs and no more
 (docs/security.md explains why each grant is there):
 
-    yasco-agent-<host>  read and write hosts/<host>/ alone, read fences/<host>, and
-                        add to history/ (its self-fences)
+    yasco-agent-<host>  read and write hosts/<host>/ alone, read fences/<host> and
+                        ha/disarmed, and add to history/ (its self-fences)
     yasco-watcher       read the cluster; write watchers/ (its leader lease) and
                         hosts/ (it ends a silent agent's lease, which etcd allows only
                         to whoever may write the keys bound to it)
-    yasco-controller    read the cluster; write vms/, fences/, vdm/, ha/, history/
+    yasco-controller    read the cluster; write vms/, requested/, fences/, vdm/, ha/,
+                        history/
                         and each host's maintenance marker
     yasco-reader        read the cluster
 
@@ -50,10 +51,12 @@ def roles(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[st
     controller = [everything] + [
         Grant("readwrite", key, True) for key in (
             etcd_keys.vms_prefix(cluster=cluster),
+            etcd_keys.requested_prefix(cluster=cluster),
             etcd_keys.fences_prefix(cluster=cluster),
             etcd_keys.history_prefix(cluster=cluster))
     ] + [
         Grant("readwrite", etcd_keys.vdm_version_key(cluster=cluster), False),
+        Grant("readwrite", etcd_keys.vdm_ha_key(cluster=cluster), False),
         Grant("readwrite", etcd_keys.disarmed_key(cluster=cluster), False),
     ] + [Grant("readwrite", etcd_keys.maintenance_key(host, cluster=cluster), False)
          for host in hosts]
@@ -61,6 +64,8 @@ def roles(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[st
         agent_role(host): [
             Grant("readwrite", etcd_keys.host_prefix(host, cluster=cluster), True),
             Grant("read", etcd_keys.fence_key(host, cluster=cluster), False),
+            # Disarmed in freeze mode, it does not self-fence.
+            Grant("read", etcd_keys.disarmed_key(cluster=cluster), False),
             Grant("readwrite", etcd_keys.history_prefix(cluster=cluster), True),
         ] for host in hosts}
     result[WATCHER_ROLE] = [

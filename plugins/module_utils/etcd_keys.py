@@ -11,8 +11,10 @@ writes each key, which are bound to a lease and which change only by compare-and
     hosts/<host>/maintenance      the host is in maintenance
     hosts/<host>/domains/<vm>     a domain runs on the host (bound to the agent's lease)
     vms/<vm>                      where a VM is and in what state (compare-and-swap only)
+    requested/<vm>                the state an operator asks for the VM (absent: started)
     fences/<host>                 the host was fenced
     vdm/version                   the version of the VDM applied
+    vdm/ha                        what the HA reconciler needs of the VDM applied
     ha/disarmed                   automatic evacuation is paused
     watchers/leader               the HA watcher that leads (bound to its lease)
     history/<20-digit number>     append-only events, in order
@@ -32,8 +34,8 @@ HISTORY_DIGITS = 20
 
 # The records of hosts/<host>/, each named after its kind.
 HOST_RECORDS = ("registered", "alive", "maintenance")
-KINDS = ("registered", "alive", "maintenance", "domain", "vm", "fence", "vdm_version",
-         "history", "disarmed")
+KINDS = ("registered", "alive", "maintenance", "domain", "vm", "requested", "fence",
+         "vdm_version", "vdm_ha", "history", "disarmed")
 
 
 class ParsedKey(NamedTuple):
@@ -103,6 +105,15 @@ def vm_key(vm: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{vms_prefix(cluster=cluster)}{_name('VM', vm)}"
 
 
+def requested_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The VMs' requested states (playbooks/vm_state.yml), one key each."""
+    return f"{cluster_prefix(cluster)}requested/"
+
+
+def requested_key(vm: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{requested_prefix(cluster=cluster)}{_name('VM', vm)}"
+
+
 def fences_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}fences/"
 
@@ -113,6 +124,11 @@ def fence_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
 
 def vdm_version_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}vdm/version"
+
+
+def vdm_ha_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The applied VDM as the HA reconciler reads it (vdm_document.ha_view)."""
+    return f"{cluster_prefix(cluster)}vdm/ha"
 
 
 def disarmed_key(*, cluster: str = DEFAULT_CLUSTER) -> str:
@@ -158,10 +174,14 @@ def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
         return ParsedKey("domain", parts[1], parts[3])
     if len(parts) == 2 and parts[0] == "vms":
         return ParsedKey("vm", None, parts[1])
+    if len(parts) == 2 and parts[0] == "requested":
+        return ParsedKey("requested", None, parts[1])
     if len(parts) == 2 and parts[0] == "fences":
         return ParsedKey("fence", parts[1])
     if parts == ["vdm", "version"]:
         return ParsedKey("vdm_version")
+    if parts == ["vdm", "ha"]:
+        return ParsedKey("vdm_ha")
     if parts == ["ha", "disarmed"]:
         return ParsedKey("disarmed")
     if (len(parts) == 2 and parts[0] == "history" and len(parts[1]) == HISTORY_DIGITS

@@ -19,10 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
-
-# Record states that mean "this VM is meant to run on the recorded host".
-ACTIVE = ("running", "starting", "migrating")
 
 
 class EvacuationError(Exception):
@@ -42,6 +40,10 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         raise EvacuationError("no VDM: plan one with playbooks/plan.yml")
     failed = failed_hosts(status)
     hosts = {h["name"]: h for h in status.get("hypervisors", [])}
+    # No VM is started on a host in maintenance (drained or draining) or still fenced
+    # from an earlier failure: the plan for the larger set avoids them.
+    unusable = sorted(h for h, host in hosts.items()
+                      if h not in failed and (host.get("maintenance") or host.get("fenced")))
     unknown = sorted(set(failed) - set(vdm.get("hosts", {})))
     if unknown:
         raise EvacuationError(f"{', '.join(unknown)}: not in the VDM; re-plan with the "
@@ -49,8 +51,9 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     by_name = {item["name"]: item for item in items}
     vms = {vm["name"]: vm for vm in status.get("vms", [])}
     kinds = {name: entry.get("kind") for name, entry in vdm.get("vms", {}).items()}
-    failover = failover_for(vdm, failed) if failed else {"targets": {}, "preempt": [],
-                                                         "down": [], "planned": True}
+    failover = failover_for(vdm, failed + unusable) if failed else {
+        "targets": {}, "preempt": [], "down": [], "planned": True}
+    requested = status.get("requested") or {}
     start: list[dict[str, Any]] = []
     down: list[dict[str, Any]] = []
     settled: list[str] = []
@@ -58,14 +61,18 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         record = vms[name].get("record") or {}
         where = _lives_on(record, vms[name], failed)
         kind = kinds.get(name)
-        if kind != "ha" or name not in by_name:
+        wanted = requested.get(name, "started")
+        if wanted in ("disabled", "ignored") and kind == "ha":
+            continue  # HA leaves it alone: its record stays as it is
+        if kind != "ha" or name not in by_name or wanted == "stopped":
             if where in failed and record.get("state") in ACTIVE:
-                down.append(_marked_down(name, record, cluster))
+                down.append(_marked_down(name, record, cluster,
+                                         "stopped" if wanted == "stopped" else "down"))
             continue
         if where in failed and record.get("state") in ACTIVE:
             target = failover["targets"].get(name)
             home = vdm["home"].get(name)
-            if target is None and home not in failed:
+            if target is None and home not in failed and home not in unusable:
                 target = home  # it was away from home, and home is up
             if target is None:
                 down.append(_marked_down(name, record, cluster))
@@ -84,10 +91,11 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     return {
         "failed": failed,
         "planned": failover.get("planned", True),
-        "fence": [{"host": h, "addresses": _ceph_addrs(hosts.get(h, {}))} for h in failed],
+        "avoided": unusable,
+        "fence": [{"host": h, "addresses": ceph_addrs(hosts.get(h, {}))} for h in failed],
         "fence_records": [{"key": etcd_keys.fence_key(h, cluster=cluster),
                            "value": {"by": "evacuate", "method": "ceph-blocklist",
-                                     "ceph_addrs": _ceph_addrs(hosts.get(h, {})),
+                                     "ceph_addrs": ceph_addrs(hosts.get(h, {})),
                                      "boot_id": (hosts.get(h, {}).get("registered") or {})
                                      .get("boot_id")}} for h in failed],
         "images": sorted({image for s in start for image in s["images"]}),
@@ -98,7 +106,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         "left_down": list(failover.get("down", [])),
         "settled": settled,
         "events": [{"kind": "fenced", "host": h,
-                    "details": {"ceph_addrs": _ceph_addrs(hosts.get(h, {}))}} for h in failed]
+                    "details": {"ceph_addrs": ceph_addrs(hosts.get(h, {}))}} for h in failed]
         + [{"kind": "preempted", "vm": p["vm"], "host": p["host"]} for p in preempt],
     }
 
@@ -136,7 +144,7 @@ def after_fence(evacuation: dict[str, Any], fence: dict[str, Any]) -> dict[str, 
             "targets": sorted({s["to"] for s in start})}
 
 
-def _ceph_addrs(host: dict[str, Any]) -> list[str]:
+def ceph_addrs(host: dict[str, Any]) -> list[str]:
     registered = host.get("registered") or {}
     if registered.get("ceph_addrs"):
         return list(registered["ceph_addrs"])
@@ -167,10 +175,11 @@ def _start(item: dict[str, Any], record: dict[str, Any], target: str,
     }
 
 
-def _marked_down(name: str, record: dict[str, Any], cluster: str) -> dict[str, Any]:
+def _marked_down(name: str, record: dict[str, Any], cluster: str,
+                 state: str = "down") -> dict[str, Any]:
     return {"vm": name, "host": record.get("host"),
             "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
-                       "value": {"host": record.get("host"), "state": "down"},
+                       "value": {"host": record.get("host"), "state": state},
                        "if_value": record}}
 
 

@@ -33,6 +33,7 @@ import dataclasses
 import json
 import logging
 import os
+import subprocess
 import threading
 import time
 from typing import Any
@@ -44,6 +45,14 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
 
 VERSION = "0.2.0"
 LOG = logging.getLogger("yasco-agent")
+
+
+SHUTDOWN_POLICIES = ("conditional", "freeze", "failover")
+# How often the agent reads the cluster's disarm flag, in seconds.
+FLAG_EVERY = 1.0
+# Where the host's shutdown says whether it reboots or powers off, when systemd cannot
+# be asked (the lab writes it; so can an operator's script): `reboot` or `poweroff`.
+SHUTDOWN_INTENT_FILE = "/run/yasco-agent/shutdown"
 
 
 class ConfigError(Exception):
@@ -68,6 +77,12 @@ class AgentConfig:
     # After a self-fence, how long to wait for the evacuation's fence record before
     # registering again anyway (when no HA watcher runs, say).
     fence_wait: float = 60.0
+    # What a stop of the host does with its HA VMs (docs/agent.md): `conditional`
+    # fails them over when the host powers off and keeps them for its return when it
+    # reboots; `freeze` always keeps them; `failover` always fails them over.
+    shutdown_policy: str = "conditional"
+    # How long HA guests get to shut down before they are powered off, when failing over.
+    shutdown_timeout: float = 20.0
     ca_cert: str | None = None
     client_cert: str | None = None
     client_key: str | None = None
@@ -93,7 +108,11 @@ class AgentConfig:
     def check(self, where: str) -> None:
         if isinstance(self.endpoints, str):
             self.endpoints = [e.strip() for e in self.endpoints.split(",") if e.strip()]
-        for name in ("ttl", "margin", "reconcile", "keepalive", "fence_wait"):
+        if self.shutdown_policy not in SHUTDOWN_POLICIES:
+            raise ConfigError(f"{where}: shutdown_policy {self.shutdown_policy!r}: must be one "
+                              f"of {', '.join(SHUTDOWN_POLICIES)}")
+        for name in ("ttl", "margin", "reconcile", "keepalive", "fence_wait",
+                     "shutdown_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{where}: {name} must be a positive number of seconds, "
@@ -131,6 +150,28 @@ def load_config(path: str) -> AgentConfig:
     return AgentConfig.from_mapping(data, path)
 
 
+def shutdown_intent(intent_file: str = SHUTDOWN_INTENT_FILE) -> str | None:
+    """`reboot` or `poweroff` when the host is going down, as the intent file or
+    systemd's queued jobs say; None when only the agent stops."""
+    try:
+        with open(intent_file, encoding="ascii") as handle:
+            said = handle.read().strip()
+        if said in ("reboot", "poweroff"):
+            return said
+    except OSError:
+        pass
+    try:
+        jobs = subprocess.run(["systemctl", "list-jobs", "--no-legend", "--plain"],
+                              capture_output=True, text=True, timeout=2, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if "reboot.target" in jobs or "kexec.target" in jobs:
+        return "reboot"
+    if "poweroff.target" in jobs or "halt.target" in jobs:
+        return "poweroff"
+    return None
+
+
 def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
@@ -157,7 +198,8 @@ class Agent:
                                                             cluster=config.cluster),
                      "maintenance": etcd_keys.maintenance_key(config.host,
                                                               cluster=config.cluster),
-                     "domains": etcd_keys.domains_prefix(config.host, cluster=config.cluster)}
+                     "domains": etcd_keys.domains_prefix(config.host, cluster=config.cluster),
+                     "disarmed": etcd_keys.disarmed_key(cluster=config.cluster)}
         self.stopping = threading.Event()
         self.leaving = threading.Event()  # a planned stop: register no more
         self.wake_publisher = threading.Event()
@@ -168,6 +210,10 @@ class Agent:
         self.fences: list[dict[str, Any]] = []  # self-fences not yet in the history
         self.given_up = 0  # the lease of the last self-fence, until it is surely gone
         self.started = time.time()
+        # HA disarmed in freeze mode (playbooks/disarm.yml), as last read: nothing would
+        # start this host's HA VMs elsewhere, so losing etcd destroys none of them.
+        self.frozen = False
+        self.flag_read = 0.0
 
     def _client(self) -> EtcdClient:
         c = self.config
@@ -241,6 +287,8 @@ class Agent:
                     with self.lock:
                         if self.lease == lease:
                             self.last_ok = max(self.last_ok, sent)
+                    if self.clock() >= self.flag_read + FLAG_EVERY:
+                        self.read_disarm_flag(etcd)
             except EtcdError as err:
                 if lease:
                     # Try again soon: the fencer's deadline is ttl - margin away from
@@ -254,6 +302,18 @@ class Agent:
                 continue
             self.stopping.wait(max(0.0, sent + interval - self.clock()))
         etcd.close()
+
+    def read_disarm_flag(self, etcd: EtcdClient) -> None:
+        """Whether HA is disarmed in freeze mode, as etcd says now."""
+        found = etcd.get(self.keys["disarmed"])
+        flag = json_or_none(found.value) if found is not None else None
+        frozen = isinstance(flag, dict) and flag.get("mode") == "freeze"
+        if frozen != self.frozen:
+            LOG.warning("HA %s: %s", "FROZEN" if frozen else "no longer frozen",
+                        "losing etcd destroys no HA VM here" if frozen
+                        else "the self-fence is armed again")
+        with self.lock:
+            self.frozen, self.flag_read = frozen, self.clock()
 
     def after_self_fence(self, etcd: EtcdClient) -> None:
         """Look failed until the orchestrator has dealt with the HA VMs this host
@@ -288,6 +348,15 @@ class Agent:
                 due = self.lease and self.clock() >= \
                     self.last_ok + self.config.ttl - self.config.margin
                 enforce = self.disconnected
+                if due and self.frozen and not enforce:
+                    # Frozen: nothing starts these VMs elsewhere, so they keep running;
+                    # the lease is given up, and the host registers anew once etcd
+                    # answers.
+                    LOG.critical("HA FROZEN: no etcd keepalive succeeded for %.1f s; NOT "
+                                 "self-fencing (the cluster is disarmed in freeze mode); "
+                                 "registering again once etcd answers",
+                                 self.config.ttl - self.config.margin)
+                    self.lease, due = 0, False
             if due or enforce:
                 try:
                     conn = conn or lv.connect(self.config.libvirt_uri)
@@ -371,23 +440,89 @@ class Agent:
         for thread in threads:
             thread.join(timeout=self.config.ttl)
 
+    def _mark(self, etcd: EtcdClient, reason: str) -> None:
+        """The agent's own maintenance marker, created only if absent: a drain's or an
+        operator's says more, and must outlive this stop and the next start."""
+        etcd.put_if(self.keys["maintenance"], to_json({
+            "since": cluster_events.timestamp(), "by": "agent", "reason": reason}),
+            mod_revision=0)
+
+    def shut_down_ha_domains(self) -> list[str]:
+        """Ask every running HA guest to shut down, and power off those still running
+        after `shutdown_timeout`; the names of those now off."""
+        conn = lv.connect(self.config.libvirt_uri)
+        try:
+            ha = [d for d in conn.listAllDomains(lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+                  if lv.domain_kind(d) == "ha"]
+            for dom in ha:
+                try:
+                    dom.shutdown()
+                except lv.libvirt.libvirtError as err:
+                    LOG.warning("%s: shutdown: %s", dom.name(), err.get_error_message())
+            LOG.warning("shutting down HA domains for their failover: %s",
+                        ", ".join(d.name() for d in ha) or "none")
+            deadline = self.clock() + self.config.shutdown_timeout
+            while self.clock() < deadline and any(_is_active(d) for d in ha):
+                time.sleep(0.2)
+            forced = []
+            for dom in ha:
+                if _is_active(dom):
+                    try:
+                        dom.destroy()
+                        forced.append(dom.name())
+                    except lv.libvirt.libvirtError as err:
+                        LOG.warning("%s: destroy: %s", dom.name(), err.get_error_message())
+            if forced:
+                LOG.warning("powered off after %.0f s: %s", self.config.shutdown_timeout,
+                            ", ".join(forced))
+            return sorted(d.name() for d in ha if not _is_active(d))
+        finally:
+            conn.close()
+
     def stop(self) -> None:
         """A planned stop: mark the host in maintenance, then revoke the lease, so
         that the HA watcher sees no failure. If etcd cannot be told, self-fence: the
-        lease will expire with nobody renewing it."""
-        self.leaving.set()
+        lease will expire with nobody renewing it.
+
+        When the host powers off (or always, with `shutdown_policy: failover`), its HA
+        guests are shut down first, cleanly, while the lease is still renewed: the
+        marker keeps the host from being a target and from counting as failed, so the
+        HA watcher's reconciler starts each of them elsewhere as soon as it is off.
+        Otherwise (a reboot, or the agent alone stopping) they stay recorded here and
+        start again here once the host is back."""
+        intent = shutdown_intent()
+        policy = self.config.shutdown_policy
+        failover = policy == "failover" or (policy == "conditional" and intent == "poweroff")
+        reason = {"reboot": "host rebooting", "poweroff": "host powering off"}.get(
+            intent or "", "agent stopped")
         etcd = self._client()
+        if failover:
+            try:
+                self._mark(etcd, f"{reason}: its HA VMs fail over")
+                off = self.shut_down_ha_domains()
+                # Which HA VMs are off for sure: the reconciler starts those elsewhere
+                # even once this host's lease is gone.
+                marker = etcd.get(self.keys["maintenance"])
+                if marker is not None and _by_agent(marker.value):
+                    etcd.put_if(self.keys["maintenance"], to_json({
+                        **(json_or_none(marker.value) or {}), "off": off}),
+                        mod_revision=marker.mod_revision)
+            except EtcdError as err:
+                LOG.error("cannot mark maintenance to fail the HA VMs over (%s): they stay "
+                          "here", err)
+            except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
+                LOG.error("cannot shut the HA domains down to fail them over: %s", err)
+        self.leaving.set()
         try:
             with self.lock:
                 lease, self.lease = self.lease, 0  # no more keepalives or fences
             # Created only if absent: a drain's or an operator's marker says more,
             # and must outlive this stop and the next start.
-            etcd.put_if(self.keys["maintenance"], to_json({
-                "since": cluster_events.timestamp(), "by": "agent",
-                "reason": "agent stopped"}), mod_revision=0)
+            self._mark(etcd, reason)
             if lease:
                 etcd.revoke_lease(lease)
-            LOG.info("stopped: maintenance marker written, lease revoked")
+            LOG.info("stopped (%s, shutdown_policy %s): maintenance marker written, lease "
+                     "revoked", reason, policy)
         except EtcdError as err:
             LOG.critical("cannot mark maintenance before stopping (%s): self-fencing", err)
             try:
@@ -397,6 +532,13 @@ class Agent:
         finally:
             etcd.close()
             self.stopping.set()
+
+
+def _is_active(dom) -> bool:
+    try:
+        return bool(dom.isActive())
+    except lv.libvirt.libvirtError:
+        return False
 
 
 def _by_agent(value: str) -> bool:

@@ -85,6 +85,30 @@ def failover_for(vdm: dict[str, Any], failed: list[str] | set[str]) -> dict[str,
     return _best_effort(vdm, failed, key)
 
 
+def failover_chain(failover: dict[str, dict[str, str]], home: str, name: str) -> list[str]:
+    """VM `name`'s planned targets in order: where it goes when its home fails, where
+    from there when that target fails too, and so on as far as the plan goes."""
+    chain: list[str] = []
+    failed = {home}
+    while (step := failover.get(failure_set_key(failed), {}).get(name)) is not None:
+        chain.append(step)
+        failed.add(step)
+    return chain
+
+
+def ha_view(vdm: dict[str, Any]) -> dict[str, Any]:
+    """What the HA reconciler needs of a VDM, small enough for one etcd key: host
+    capacities, and each VM's kind, priority, size, placement rules, home and (HA VMs)
+    failover chain. The failover map of every failure set stays in the inventory."""
+    failover, home = vdm.get("failover", {}), vdm.get("home", {})
+    vms = {}
+    for name, entry in sorted(vdm.get("vms", {}).items()):
+        vms[name] = {**entry, "home": home.get(name)}
+        if entry.get("kind") == "ha" and home.get(name):
+            vms[name]["chain"] = failover_chain(failover, home[name], name)
+    return {"version": vdm.get("version"), "hosts": dict(vdm.get("hosts", {})), "vms": vms}
+
+
 def _size(entry: dict[str, Any]) -> dict[str, float]:
     return {r: float(entry.get(r, 0)) for r in SIZE_KEYS}
 
@@ -137,11 +161,7 @@ def _best_effort(vdm: dict[str, Any], failed: set[str], key: str) -> dict[str, A
 def _candidates(failover: dict[str, dict[str, str]], home: str, name: str,
                 free: dict[str, dict[str, float]]) -> list[str]:
     """VM `name`'s planned targets in chain order, then every other host, roomiest first."""
-    chain: list[str] = []
-    failed = {home}
-    while (step := failover.get(failure_set_key(failed), {}).get(name)) is not None:
-        chain.append(step)
-        failed.add(step)
+    chain = failover_chain(failover, home, name)
     others = sorted(set(free) - set(chain),
                     key=lambda h: (-free[h]["memory_mb"], -free[h]["vcpus"], h))
     return chain + others

@@ -89,11 +89,20 @@ hypervisors:
   elements: dict
 vms:
   description: Per VM, C(name), C(kind), C(home), C(recorded_host), C(recorded_state),
-    C(record) (its whole etcd record, or null) and C(running_on) (hosts where libvirt
-    runs it).
+    C(record) (its whole etcd record, or null), C(running_on) (hosts where libvirt
+    runs it) and C(requested) (its requested state; null for a VM that is not HA
+    and was given none).
   returned: success
   type: list
   elements: dict
+requested:
+  description:
+    - VM -> the state an operator requested for it with C(playbooks/vm_state.yml)
+      (V(stopped), V(disabled) or V(ignored)); a VM not listed is V(started). Each
+      entry of RV(vms) has it as C(requested) too.
+  returned: success
+  type: dict
+  sample: {"db1": "stopped"}
 problems:
   description: Every disagreement, as a sentence naming the VM or host.
   returned: success

@@ -22,6 +22,7 @@ import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import ha_view
 
 from .conftest import closed_port_url, wait_for
 
@@ -372,3 +373,53 @@ def test_tls_files_left_empty_in_the_rulebook_come_from_the_environment(
             assert (down["type"], down["hosts"]) == ("host_down", ["hv1"])
         finally:
             source.stop()
+
+
+def test_a_host_back_from_its_agents_own_stop_gets_its_vms_back_after_the_hold_down(
+        etcd, cluster, start):
+    """A clean reboot: the agent registers, then clears the marker of its own stop."""
+    with etcd.client() as client:
+        register(client, cluster, "hv2")
+        client.put_json(etcd_keys.maintenance_key("hv1", cluster=cluster),
+                        {"by": "agent", "reason": "host rebooting"})
+        source = start(hold_down=1)
+        wait_until_leading(source)
+        register(client, cluster, "hv1")
+        assert source.next()["type"] == "host_up"
+        client.delete(etcd_keys.maintenance_key("hv1", cluster=cluster))
+        event = source.next()
+        assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
+
+
+def test_the_leader_emits_the_reconcilers_steps_for_an_ha_vm_down_on_a_live_host(
+        etcd, cluster, start):
+    """An HA VM recorded running on hv1, alive, that hv1's agent does not publish: a
+    restart in place, once for the record as read; none while disarmed."""
+    vdm = {"version": 1, "hosts": {"hv1": {"memory_mb": 4096}, "hv2": {"memory_mb": 4096}},
+           "vms": {"web": {"kind": "ha", "priority": 0, "memory_mb": 512}},
+           "home": {"web": "hv1"}, "failover": {"hv1": {"web": "hv2"}}}
+    with etcd.client() as client:
+        web_on_hv1(client, cluster)
+        client.put(etcd_keys.vdm_ha_key(cluster=cluster), to_json(ha_view(vdm)))
+        source = start(reconcile_interval=0.2, recovery={"grace": 0.5})
+        wait_until_leading(source)
+        event = source.next()
+        assert (event["type"], event["hosts"]) == ("vm_recover", ["hv1"])
+        (step,) = event["steps"]
+        assert (step["action"], step["vm"], step["from"], step["to"]) == (
+            "restart", "web", "hv1", "hv1")
+        assert step["record"] == {"host": "hv1", "state": "running"}
+        # The record changed (a claim), then the VM is down again: decided afresh;
+        # while disarmed, not at all, until re-armed.
+        client.put_json(etcd_keys.disarmed_key(cluster=cluster), {"by": "test"})
+        time.sleep(1.5)  # the flag is read every second
+        client.put(etcd_keys.vm_key("web", cluster=cluster),
+                   to_json({"host": "hv1", "state": "down", "reason": "start failed"}))
+        time.sleep(1.5)
+        assert source.events.empty(), "nothing is decided while disarmed"
+        client.delete(etcd_keys.disarmed_key(cluster=cluster))
+        event = source.next()
+        assert event["type"] == "vm_recover", event
+        (step,) = event["steps"]
+        assert (step["action"], step["to"]) == ("relocate", "hv2")
+        assert "start failed" in step["reason"]

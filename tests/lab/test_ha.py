@@ -10,7 +10,10 @@ fails again during its return is evacuated again."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +26,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import lab as lab_verbs
-from yasco_lab import credentials, layout, storage
+from yasco_lab import credentials, hypervisor, layout, storage
 from yasco_lab.lab import LabState
 
 from ..ansible_run import local_play, run_playbook
@@ -126,11 +129,166 @@ def fixture_ha(lab, tmp_path_factory):
         playbook("remove_vm", inventory, vm=name, delete_disk=name)
 
 
+def qemu_of(name: str) -> int:
+    """The process id of the QEMU that runs VM `name`, on whichever lab host it is: the
+    lab's hosts have PID namespaces of their own, all visible from here."""
+    found = subprocess.run(["pgrep", "-f", f"guest={name},"], capture_output=True, text=True,
+                           check=False).stdout.split()
+    assert len(found) == 1, f"{name}: QEMU processes {found}"
+    return int(found[0])
+
+
+def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place(lab, ha):
+    """QEMU killed (as by the OOM killer): the watcher's reconciler sees the agent
+    unpublish the domain, the dead QEMU's disk lock is broken, and the VM starts
+    again where it was; its canary carries on from its last durable write."""
+    name = ha["names"]["ha1"]
+    (host,) = running(lab)[name]
+    last = writers(name)[-1]
+    os.kill(qemu_of(name), signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(f"{name} running again", lambda: running(lab).get(name) == [host], 90,
+             every=0.2, check=no_vm_twice(lab))
+    print(f"\n{name} running again on {host} {time.monotonic() - killed:.1f} s after its "
+          "QEMU was killed")
+    wait_until_recorded_running(lab, {name: host})
+    wait_for(f"{name} writing again", lambda: writers(name)[-1][0] != last[0]
+             and writers(name)[-1][2] > last[2] + 2, BOOT, every=1)
+    print(f"{name} writing again {time.monotonic() - killed:.1f} s after the kill")
+    assert_writers_follow_each_other(name)
+    (event,) = history(lab, "restarted", [name])
+    assert event["host"] == host and "not running on" in event["details"]["reason"]
+
+
+def test_an_ha_vm_that_dies_again_is_relocated_and_a_failed_start_tries_the_next_host(
+        lab, ha):
+    """Killed a second time within the window (max_restart 1): relocated to its planned
+    target, which cannot start it (its libvirt secret for Ceph is gone), so the next
+    host takes it. The return home brings it back."""
+    name, vdm = ha["names"]["ha1"], ha["vdm"]
+    planned = vdm["failover"]["hv1"][name]
+    (third,) = {"hv2", "hv3"} - {planned}
+    last = writers(name)[-1]
+    lab_verbs.ceph_secret(planned, present=False)
+    try:
+        os.kill(qemu_of(name), signal.SIGKILL)
+        wait_for(f"{name} running on {third}", lambda: running(lab).get(name) == [third],
+                 EVACUATE, every=0.5, check=no_vm_twice(lab))
+    finally:
+        lab_verbs.ceph_secret(planned, present=True)
+    wait_until_recorded_running(lab, {name: third})
+    wait_for(f"{name} writing again", lambda: writers(name)[-1][0] != last[0]
+             and writers(name)[-1][2] > last[2] + 2, BOOT, every=1)
+    assert_writers_follow_each_other(name)
+    (failed,) = history(lab, "start-failed", [name])
+    assert failed["host"] == planned
+    assert [e["host"] for e in history(lab, "relocated", [name])] == [third]
+    # Home by hand, as an operator would (the watcher moves VMs home after a host's
+    # return, and hv1 never left).
+    rc, results = playbook("return_home", ha["inventory"], yasco_host="hv1")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_until_home(lab, ha, "hv1")
+    wait_until_recorded_running(lab, {name: "hv1"})
+
+
+def test_an_ha_vm_requested_stopped_is_stopped_and_kept_off_then_started_again(lab, ha):
+    name = ha["names"]["ha2"]
+    (host,) = running(lab)[name]
+    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="stopped")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_for(f"{name} stopped", lambda: name not in running(lab), 60, every=0.5)
+    wait_for("its record to say stopped",
+             lambda: records(lab)[name] == {"host": host, "state": "stopped"}, 30, every=0.5)
+    time.sleep(5)  # kept off: nothing starts it again
+    assert name not in running(lab)
+    # A rerun changes nothing; a misspelt VM or state is refused, naming it.
+    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="stopped")
+    assert rc == 0 and not [r for r in results if r.get("changed")]
+    rc, results = playbook("vm_state", ha["inventory"], vm=name[:-1], state="stopped")
+    assert rc != 0 and f"did you mean {name!r}" in str(results)
+    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="asleep")
+    assert rc != 0 and "must be one of started, stopped, disabled, ignored" in str(results)
+    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="started")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_for(f"{name} running again", lambda: running(lab).get(name) == [host], 60,
+             every=0.5, check=no_vm_twice(lab))
+    wait_until_recorded_running(lab, {name: host})
+    last = writers(name)[-1][2]
+    wait_for(f"{name} writing again", lambda: writers(name)[-1][2] > last + 2, BOOT, every=1)
+    assert_writers_follow_each_other(name)
+
+
+def test_a_clean_reboot_keeps_the_hosts_ha_vms_and_starts_them_there_again(lab, ha):
+    names = ha["names"]
+    ha_vms = [names["ha1"], names["ha2"]]
+    assert all(running(lab).get(n) == ["hv1"] for n in ha_vms)
+    last = {n: writers(n)[-1] for n in ha_vms}
+    fenced = len(history(lab, "fenced"))
+    restarts = len(history(lab, "restarted", ha_vms))
+    relocations = len(history(lab, "relocated", ha_vms))
+    yasco_lab("reboot", "hv1")
+    rebooted = time.monotonic()
+    wait_for("the HA VMs running on hv1 again", lambda: all(
+        running(lab).get(n) == ["hv1"] for n in ha_vms), EVACUATE, every=0.5,
+        check=no_vm_twice(lab))
+    print(f"\nHA VMs running on hv1 again {time.monotonic() - rebooted:.1f} s after the "
+          "reboot returned")
+    wait_until_recorded_running(lab, {n: "hv1" for n in ha_vms})
+    for name in ha_vms:
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != last[n][0]
+                 and writers(n)[-1][2] > last[n][2] + 2, BOOT, every=1)
+        assert_writers_follow_each_other(name)
+    # Planned: nothing was fenced, and nothing ran anywhere else meanwhile.
+    assert len(history(lab, "fenced")) == fenced
+    assert not history(lab, "evacuated", ha_vms)
+    assert len(history(lab, "relocated", ha_vms)) == relocations
+    assert sorted(e["vm"] for e in history(lab, "restarted", ha_vms)[restarts:]) == sorted(
+        ha_vms)
+    agent_log = hypervisor.agent_log_path(next(
+        h for h in LabState.load().layouts() if h.name == "hv1")).read_text(errors="replace")
+    assert "stopped (host rebooting, shutdown_policy conditional)" in agent_log
+
+
+def test_a_clean_poweroff_fails_the_ha_vms_over_at_once_and_they_return_after_boot(lab, ha):
+    names, vdm = ha["names"], ha["vdm"]
+    targets = vdm["failover"]["hv1"]
+    ha_vms = [names["ha1"], names["ha2"]]
+    last = {n: writers(n)[-1] for n in ha_vms}
+    fenced = len(history(lab, "fenced"))
+    relocations = len(history(lab, "relocated", ha_vms))
+    yasco_lab("shutdown", "hv1")
+    stopped = time.monotonic()
+    wait_for("the HA VMs running on their planned targets", lambda: all(
+        running(lab).get(n) == [targets[n]] for n in ha_vms), EVACUATE, every=0.5,
+        check=no_vm_twice(lab))
+    print(f"\nHA VMs of hv1 running on {targets} {time.monotonic() - stopped:.1f} s after "
+          "the poweroff returned")
+    wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
+    for name in ha_vms:
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != last[n][0]
+                 and writers(n)[-1][2] > last[n][2] + 2, BOOT, every=1)
+        assert_writers_follow_each_other(name)
+    # Shut down cleanly and known off: failed over without a fence.
+    assert len(history(lab, "fenced")) == fenced
+    relocated = history(lab, "relocated", ha_vms)[relocations:]
+    assert sorted(e["vm"] for e in relocated) == sorted(ha_vms)
+    assert all("shut down by hv1's agent" in e["details"]["reason"] for e in relocated)
+    assert names["batch"] not in running(lab), "the preemptible VM made room"
+    boot_until_registered(lab, "hv1")
+    # Back home live once hv1 has stayed up for the hold-down.
+    wait_for("the HA VMs home", lambda: all(
+        running(lab).get(n) == ["hv1"] and records(lab).get(n) == {
+            "host": "hv1", "state": "running"} for n in ha_vms), EVACUATE, every=1,
+        check=no_vm_twice(lab))
+    wait_for("the preemptible VM running again",
+             lambda: running(lab).get(names["batch"]) == ["hv2"], EVACUATE, every=1)
+
+
 def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha):
     names, vdm = ha["names"], ha["vdm"]
     targets = vdm["failover"]["hv1"]
     ha_vms = [names["ha1"], names["ha2"]]
-    before = {n: writers(n)[-1][2] for n in ha_vms}
+    before = {n: writers(n)[-1] for n in ha_vms}
     yasco_lab("crash", "hv1")
     crashed = time.monotonic()
     wait_for("HA VMs running on their targets",
@@ -150,8 +308,9 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     # One evacuation, though two watchers saw the failure.
     assert sorted(e["vm"] for e in history(lab, "evacuated", ha_vms)) == sorted(ha_vms)
     for name in ha_vms:
-        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][2] > before[n] + 3, BOOT,
-                 every=1)
+        # A new copy: the old one may still have written while the crash was on its way.
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != before[n][0]
+                 and writers(n)[-1][2] > before[n][2] + 3, BOOT, every=1)
         assert_writers_follow_each_other(name)
     # Run again by hand: nothing left to do, nothing started twice.
     rc, results = playbook("evacuate", ha["inventory"])
@@ -235,7 +394,7 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
     where = records(lab)
     refuge = where[names["ha1"]]["host"]
     moving = [n for n in (names["ha1"], names["ha2"]) if where[n]["host"] == refuge]
-    before = {n: writers(n)[-1][2] for n in moving}
+    before = {n: writers(n)[-1] for n in moving}
     yasco_lab("partition", refuge)
     try:
         wait_for(f"{moving} running again off {refuge}",
@@ -249,8 +408,8 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
         expected = (vdm["failover"][refuge][n] if vdm["home"][n] == refuge
                     else vdm["home"][n])
         assert records(lab)[n]["host"] == expected
-        wait_for(f"{n} writing again", lambda n=n: writers(n)[-1][2] > before[n] + 3, BOOT,
-                 every=1)
+        wait_for(f"{n} writing again", lambda n=n: writers(n)[-1][0] != before[n][0]
+                 and writers(n)[-1][2] > before[n][2] + 3, BOOT, every=1)
         assert_writers_follow_each_other(n)
     no_vm_twice(lab)()
     # Return home: the copies the partitioned host kept running (its plain VM, fenced
@@ -353,6 +512,45 @@ def test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again(lab, ha):
     wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
     boot_until_registered(lab, host)
     wait_until_home(lab, ha, host)
+
+
+def test_a_partition_while_frozen_destroys_nothing_and_rearming_waits_for_the_host(lab, ha):
+    names, host = ha["names"], "hv1"
+    wait_until_home(lab, ha, host)
+    ha_vms = [names["ha1"], names["ha2"]]
+    last = {n: writers(n)[-1] for n in ha_vms}
+    self_fences, fences = len(history(lab, "self-fenced")), len(history(lab, "fenced"))
+    rc, dummy = playbook("disarm", ha["inventory"], yasco_disarm_mode="freeze",
+                         yasco_disarm_reason="network work")
+    assert rc == 0
+    time.sleep(3)  # the agents read the flag every second
+    yasco_lab("partition", host)
+    try:
+        wait_for(f"{host} down", lambda: host in down_hosts(lab), 30, every=0.2)
+        time.sleep(4)
+        # Its VMs may still run there: re-arming now would evacuate them.
+        rc, results = playbook("disarm", ha["inventory"], yasco_ha_disarmed=False)
+        assert rc != 0 and any(f"{host} down while HA is frozen" in str(r.get("msg"))
+                               for r in results)
+    finally:
+        yasco_lab("heal", host)
+    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
+    # The same guests carried on: never destroyed, never started again.
+    for name in ha_vms:
+        wait_for(f"{name} writing on", lambda n=name: writers(n)[-1][0] == last[n][0]
+                 and writers(n)[-1][2] > last[n][2] + 2, 60, every=1)
+        assert_writers_follow_each_other(name)
+    assert all(running(lab).get(n) == [host] for n in ha_vms)
+    assert len(history(lab, "self-fenced")) == self_fences
+    assert len(history(lab, "fenced")) == fences
+    agent_log = hypervisor.agent_log_path(next(
+        h for h in LabState.load().layouts() if h.name == host)).read_text(errors="replace")
+    assert "NOT self-fencing" in agent_log
+    rc, dummy = playbook("disarm", ha["inventory"], yasco_ha_disarmed=False)
+    assert rc == 0
+    time.sleep(4)  # re-armed: the watcher resyncs, and finds nothing to do
+    assert len(history(lab, "fenced")) == fences
+    assert all(running(lab).get(n) == [host] for n in ha_vms)
 
 
 # The hold-down of the flapping test's watcher: a boot command returns only once the

@@ -58,8 +58,18 @@ description:
     emits events; another takes over within O(leader_ttl) seconds when it dies.
   - Transient errors (etcd unreachable, an election, a broken stream) are logged and
     retried; the source never exits because of them.
+  - As the leader, it also runs the HA reconciler (C(module_utils/reconciler.py)):
+    every O(reconcile_interval) seconds, and at once when a domain the agents publish
+    comes or goes, it compares each HA VM's requested state (C(requested/<vm>), set by
+    C(playbooks/vm_state.yml)) with its record and where it runs, and emits
+    C(vm_recover) with the steps that make them agree (C(steps), each with C(action)
+    C(restart), C(relocate), C(stop) or C(fail), C(vm), C(from), C(to) and C(reason)):
+    a VM that died on a live host is restarted in place, then relocated; a start that
+    failed or did not finish goes to the next host; VMs left down because more hosts
+    failed than planned start when a host has room. A failed host stays the
+    evacuation's (C(host_down)).
   - Each event is C({"yasco": {...}}) with C(type) (C(host_down), C(host_up),
-    C(host_stable) or C(maintenance)), C(hosts) (the hosts it is about),
+    C(host_stable), C(maintenance) or C(vm_recover)), C(hosts) (the hosts it is about),
     C(down) (every hypervisor down now), C(cluster), C(revision), C(at), C(resync) and
     C(watcher).
 options:
@@ -93,6 +103,24 @@ options:
         that fails again in that time starts over, so a flapping host gets nothing back.
     type: float
     default: 60
+  reconcile_interval:
+    description:
+      - Seconds between two looks of the HA reconciler when nothing wakes it sooner;
+        V(0) turns it off.
+    type: float
+    default: 2.0
+  recovery:
+    description:
+      - How hard the reconciler tries, any of C(max_restart) (in-place restarts within
+        C(window) before relocating, default 1), C(max_relocate) (relocations within
+        C(window) before the VM is recorded failed, default 2), C(window) (600 s),
+        C(grace) (seconds a VM recorded running on a live host may go unpublished
+        before it counts as down, 2), C(start_timeout) (60), C(action_timeout) (90) and
+        C(retry_after) (seconds before a failed VM is tried again, 300; at once when a
+        host becomes usable) and C(evacuation_timeout) (seconds after which HA VMs still
+        recorded on a failed host make it reported C(host_down) again, 90).
+    type: dict
+    default: {}
   leader_ttl:
     description: The watchers' leader lease, in seconds.
     type: int
@@ -171,7 +199,10 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     Compacted, EtcdClient, EtcdError, KeyValue, WatchEvent, json_or_none, to_json)
-from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import ACTIVE
+# The reconciler imports nothing but the standard library: the decision environment
+# needs neither the planner nor its solver.
+from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
+    ACTIVE, Memory, Policy, decide, observe)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0
@@ -245,6 +276,12 @@ class Watcher:
         # Liveness key -> when (event loop time) its current revision was seen.
         self.seen: dict[str, float] = {}
         self.ready = threading.Event()
+        # The HA reconciler: how hard it tries, and what it remembers while leading.
+        self.reconcile_every = float(args.get("reconcile_interval", 2.0))
+        self.policy = Policy.from_mapping(args.get("recovery") or {},
+                                          "yasco.cluster.etcd_hosts: recovery")
+        self.memory = Memory()
+        self.nudge: asyncio.Event | None = None
 
     def _post(self, item: tuple) -> None:
         assert self.loop is not None and self.inbox is not None
@@ -284,7 +321,10 @@ class Watcher:
 
     def leader_thread(self) -> None:
         """Hold the watchers' leader lease, or wait for it to be free."""
-        etcd = _client(self.args, timeout=max(0.5, self.ttl / 8))
+        # A third of the TTL per request: on a loaded machine etcd may take over half
+        # a second to grant a lease, and a shorter timeout kept a watcher from ever
+        # leading; the step-down below still comes before the lease can expire.
+        etcd = _client(self.args, timeout=max(1.0, self.ttl / 3))
         lease, last_ok = 0, 0.0
         while not self.stop.is_set():
             sent = time.monotonic()
@@ -330,11 +370,14 @@ class Watcher:
             thread.start()
         pending: set[str] = set()
         settled = 0.0  # when the pending failures are reported (event loop time)
-        stale = armed = None
+        stale = armed = reconciling = None
+        self.nudge = asyncio.Event()
         try:
             await self._read_hosts(queue, reader)
             stale = asyncio.create_task(self._end_stale_leases(reader))
             armed = asyncio.create_task(self._follow_disarm(queue, reader))
+            if self.reconcile_every > 0:
+                reconciling = asyncio.create_task(self._reconcile(queue, reader))
             while True:
                 # Counted from the first failure: the agents' rewrites keep changes
                 # coming, and must not put the report off.
@@ -358,6 +401,7 @@ class Watcher:
                 except asyncio.TimeoutError:
                     continue
                 if item[0] == "leader":
+                    self.memory = Memory()  # what an earlier leadership saw may be stale
                     await self._resync(queue, reader)
                 elif item[0] == "compacted":
                     await self._read_hosts(queue, reader)
@@ -365,6 +409,8 @@ class Watcher:
                     # Each stream delivers its member's changes in order; another stream
                     # may have delivered them already. A revision's changes come whole.
                     fresh = [e for e in item[1] if e.kv.mod_revision > self.applied]
+                    if any(self._domain_change(e) for e in fresh):
+                        self.nudge.set()  # a domain came or went: the reconciler looks
                     for event in fresh:
                         if not pending:
                             settled = self.loop.time() + self.settle
@@ -372,12 +418,66 @@ class Watcher:
                     if fresh:
                         self.applied = max(e.kv.mod_revision for e in fresh)
         finally:
-            for task in (stale, armed):
-                if task is not None:
-                    task.cancel()
+            tasks = [task for task in (stale, armed, reconciling) if task is not None]
+            for task in tasks:
+                task.cancel()
+            # Let them end before the loop does (a wait_for takes two turns to cancel).
+            await asyncio.gather(*tasks, return_exceptions=True)
             self.stop.set()
             self.ready.set()
             reader.close()
+
+    def _domain_change(self, event: WatchEvent) -> bool:
+        parsed = etcd_keys.parse_key(event.kv.key, cluster=self.cluster)
+        return parsed is not None and parsed.kind == "domain"
+
+    async def _reconcile(self, queue, reader: EtcdClient) -> None:
+        """As the leader, bring every HA VM to its requested state (reconciler.py):
+        every `reconcile_interval` seconds, at once when a domain comes or goes, and
+        when a VM's grace or timeout is up. Each look is one read of the cluster, as
+        of one revision; the steps go out as one vm_recover event."""
+        assert self.nudge is not None
+        keys = [etcd_keys.hosts_prefix(cluster=self.cluster),
+                etcd_keys.vms_prefix(cluster=self.cluster),
+                etcd_keys.requested_prefix(cluster=self.cluster),
+                etcd_keys.fences_prefix(cluster=self.cluster),
+                etcd_keys.vdm_ha_key(cluster=self.cluster),
+                etcd_keys.disarmed_key(cluster=self.cluster)]
+        wake: float | None = None
+        while True:
+            timeout = self.reconcile_every if wake is None else max(
+                0.0, min(self.reconcile_every, wake - self.loop.time()))
+            try:
+                await asyncio.wait_for(self.nudge.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+            self.nudge.clear()
+            wake = None
+            if not self.leader or self.disarmed is not None:
+                continue
+            try:
+                read = await asyncio.to_thread(reader.get_prefixes, keys)
+            except EtcdError as err:
+                LOG.warning("reconciler: reading the cluster: %s; retrying", err)
+                continue
+            observed = observe([kv for kvs in read.values() for kv in kvs],
+                               lambda key: etcd_keys.parse_key(key, cluster=self.cluster))
+            decision = decide(observed, self.memory, self.policy, self.loop.time())
+            wake = decision["wake"]
+            for step in decision["steps"]:
+                LOG.warning("reconciler: %s %s: %s", step["action"], step["vm"],
+                            step["reason"])
+            if decision["steps"]:
+                hosts = sorted({s["to"] or s["from"] for s in decision["steps"]
+                                if s["to"] or s["from"]})
+                await self._emit(queue, "vm_recover", hosts or ["-"],
+                                 details={"steps": decision["steps"]})
+            if decision["evacuate"]:
+                # HA VMs still recorded on a failed host long after its failure: the
+                # evacuation did not finish; a rerun finishes it, starting nothing twice.
+                LOG.warning("reconciler: the evacuation of %s is overdue: asking again",
+                            ", ".join(decision["evacuate"]))
+                await self._emit(queue, "host_down", decision["evacuate"], resync=True)
 
     async def _read_hosts(self, queue, reader: EtcdClient) -> None:
         """Read every hosts/ record (again), until etcd answers; then resync."""
@@ -425,8 +525,12 @@ class Watcher:
         elif parsed.kind == "alive" and (event.previous is None
                                          or event.previous.lease != event.kv.lease):
             pending.discard(parsed.host)
-            # A host back from maintenance gets its VMs from the undrain, not from here.
-            if etcd_keys.maintenance_key(parsed.host, cluster=self.cluster) not in self.records:
+            # A host back from maintenance gets its VMs from the undrain, not from here;
+            # one back from its agent's own stop (a reboot) clears that marker itself
+            # right after registering, and gets its VMs back like any other.
+            marker = self.records.get(etcd_keys.maintenance_key(parsed.host,
+                                                                cluster=self.cluster))
+            if marker is None or _by_agent(marker):
                 self.returning[parsed.host] = (event.kv.lease,
                                                self.loop.time() + self.hold_down)
             await self._emit(queue, "host_up", [parsed.host],
@@ -582,6 +686,11 @@ class Watcher:
                 hosts.setdefault(parsed.host, set()).add(parsed.kind)
         return sorted(host for host, kinds in hosts.items()
                       if "alive" not in kinds and "maintenance" not in kinds)
+
+
+def _by_agent(marker: KeyValue) -> bool:
+    record = json_or_none(marker.value)
+    return isinstance(record, dict) and record.get("by") == "agent"
 
 
 def _agent_ttl(alive: KeyValue | None) -> float | None:

@@ -68,3 +68,18 @@ def test_a_drain_that_cannot_be_done_is_refused_before_anything_changes(change, 
         plan(status(**change), VDM, "hv1")
     with pytest.raises(DrainError, match="hv9: not a hypervisor"):
         plan(status(), VDM, "hv9")
+
+
+def test_the_fallback_placement_keeps_allowed_hosts_and_anti_affinity_and_avoids_fences():
+    # plain may go to hv2 only by its rules, other keeps it off hv3 by a label; hv2
+    # has room for both once batch is preempted.
+    vdm = {**VDM, "vms": {**VDM["vms"],
+                          "plain": {**VDM["vms"]["plain"], "allowed": ["hv1", "hv2"]},
+                          "spot": {**VDM["vms"]["spot"], "anti_affinity": ["db"]},
+                          "other": {**VDM["vms"]["other"], "anti_affinity": ["db"]}}}
+    moves = {m["vm"]: m["to"] for wave in plan(status(), vdm, "hv1")["waves"] for m in wave}
+    assert moves["plain"] == "hv2" and moves["spot"] == "hv2"
+    fenced = status()
+    fenced["hypervisors"][1]["fenced"] = True  # hv2, still fenced from a failure
+    with pytest.raises(DrainError, match="no room on hv3 for plain"):
+        plan(fenced, vdm, "hv1")

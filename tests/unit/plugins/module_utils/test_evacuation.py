@@ -138,3 +138,26 @@ def test_a_vm_whose_disk_is_missing_is_reported_and_the_others_still_start():
     after = after_fence(done, {"locks_kept": [], "images_missing": ["yasco/db"]})
     assert [s["vm"] for s in after["start"]] == ["web"] and after["held"] == []
     assert after["missing"] == [{"vm": "db", "images": ["yasco/db"]}]
+
+
+def test_no_ha_vm_is_started_on_a_host_in_maintenance_or_still_fenced():
+    # hv2 is drained: the plan for hv1 and hv2 failed sends web to hv3 instead.
+    drained = status(alive=("hv2", "hv3"), maintenance=("hv2",))
+    drained["hypervisors"][0]["maintenance"] = False
+    done = plan(drained, VDM, ITEMS)
+    assert done["avoided"] == ["hv2"]
+    assert {s["vm"]: s["to"] for s in done["start"]} == {"web": "hv3", "db": "hv3"}
+    fenced = status()
+    fenced["hypervisors"][1]["fenced"] = True
+    assert {s["vm"]: s["to"] for s in plan(fenced, VDM, ITEMS)["start"]} == {
+        "web": "hv3", "db": "hv3"}
+
+
+def test_requested_states_are_kept_through_an_evacuation():
+    requested = status()
+    requested["requested"] = {"web": "stopped", "db": "ignored"}
+    done = plan(requested, VDM, ITEMS)
+    assert done["start"] == []
+    # A VM requested stopped is recorded stopped; an ignored one is left as it is.
+    assert [(d["vm"], d["record"]["value"]["state"]) for d in done["down"]] == [
+        ("plain", "down"), ("web", "stopped")]

@@ -37,13 +37,30 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
     ({"keepalive": 2}, "agent.yml: keepalive 2 must be at most a third of ttl 5.0"),
     ({"tll": 5}, "agent.yml: unknown setting(s) tll; known: host, endpoints, cluster, ttl, "
                  "margin, libvirt_uri, address, ceph_addrs, reconcile, keepalive, fence_wait, "
-                 "ca_cert, "
+                 "shutdown_policy, shutdown_timeout, ca_cert, "
                  "client_cert, client_key, username, password"),
 ])
 def test_a_bad_setting_is_named(changes, message):
     with pytest.raises(ConfigError) as err:
         AgentConfig.from_mapping({**GOOD, **changes}, "agent.yml")
     assert str(err.value) == message
+
+
+def test_a_bad_shutdown_policy_is_named_with_the_allowed_ones():
+    with pytest.raises(ConfigError, match="agent.yml: shutdown_policy 'migrate': must be one "
+                                          "of conditional, freeze, failover"):
+        AgentConfig.from_mapping({**GOOD, "shutdown_policy": "migrate"}, "agent.yml")
+
+
+def test_the_shutdown_intent_comes_from_its_file_before_systemd(tmp_path):
+    intent = tmp_path / "shutdown"
+    for said in ("reboot", "poweroff"):
+        intent.write_text(f"{said}\n")
+        assert host_agent.shutdown_intent(str(intent)) == said
+    intent.write_text("nonsense\n")
+    # No such word, and no systemd here with a shutdown queued: only the agent stops.
+    assert host_agent.shutdown_intent(str(intent)) is None
+    assert host_agent.shutdown_intent(str(tmp_path / "absent")) is None
 
 
 def test_endpoints_may_be_a_comma_separated_string():

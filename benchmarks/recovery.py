@@ -1,0 +1,239 @@
+"""Benchmark recovery on the lab: from a fault to the HA canary writing again, for the
+faults the HA reconciler handles and for a host crash, with the reconciler and, the
+baseline, with the watcher as it was before it (`yasco_reconcile_interval: 0`: host
+failures only).
+
+    make bench-recovery    # or: .venv/bin/python benchmarks/recovery.py [--runs 5]
+
+Brings the lab up if it is not, provisions three HA canary VMs (one homed on each
+hypervisor) and runs the HA watcher (scripts/watch). Faults, each run on the next
+canary or host in turn:
+- VM killed: SIGKILL to a canary's QEMU, its host alive (as the OOM killer does);
+- failed start: the same, on a host that can no longer start VMs (its libvirt
+  secret for Ceph removed), so the restart in place fails and the VM is relocated;
+- clean reboot: `yasco-lab reboot` of the canary's host;
+- host crash: `yasco-lab crash` of the canary's host, booted again afterwards.
+Each time is from the fault to the canary's first write from its new copy (read on
+its RBD disk). The baseline's runs that never recover are given up after
+--give-up seconds and reported as "never"; the VM is then started by hand
+(`recover_vm.yml`, as an operator would) before the next run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / ".venv" / "bin"
+sys.path.insert(0, str(ROOT / "collections"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
+from failover import playbook, run  # noqa: E402
+from provision import lab_inventory, lab_status  # noqa: E402
+from yasco_lab import hypervisor, layout, storage  # noqa: E402
+from yasco_lab import lab as lab_verbs  # noqa: E402
+from yasco_lab.credentials import etcd_client  # noqa: E402
+from yasco_lab.errors import LabError  # noqa: E402
+from yasco_lab.waiting import wait_until as wait  # noqa: E402
+
+FAULTS = ("VM killed", "failed start", "clean reboot", "host crash")
+HOSTS = ("hv1", "hv2", "hv3")
+
+
+def qemu_of(name: str) -> int | None:
+    found = subprocess.run(["pgrep", "-f", f"guest={name},"], capture_output=True,
+                           text=True, check=False).stdout.split()
+    return int(found[0]) if len(found) == 1 else None
+
+
+def where_running(name: str) -> str | None:
+    for host in HOSTS:
+        try:
+            done = lab_verbs.run_on_host(host, "virsh", "-q", "domstate", name)
+        except LabError:
+            continue  # down
+        if done.returncode == 0 and done.stdout.strip() == "running":
+            return host
+    return None
+
+
+def writing_again(name: str, last, give_up: float) -> float | None:
+    """When the canary first wrote from a new copy, or None if not within give_up."""
+    found: list[float] = []
+
+    def new_copy() -> bool:
+        new = [r for r in storage.canary_records(name)
+               if r.writer != last.writer and r.seq > last.seq]
+        if new:
+            found.append(min(r.timestamp for r in new))
+        return bool(new)
+
+    try:
+        wait(f"{name} writing again", new_copy, give_up, every=1)
+    except LabError:
+        return None
+    return found[0]
+
+
+def one_run(fault: str, name: str, give_up: float) -> float | None:
+    host = where_running(name)
+    if host is None:
+        raise SystemExit(f"{name} runs nowhere before the {fault} run")
+    last = storage.canary_records(name)[-1]
+    if fault == "failed start":
+        lab_verbs.ceph_secret(host, present=False)
+    started = time.time()
+    try:
+        if fault in ("VM killed", "failed start"):
+            os.kill(qemu_of(name), signal.SIGKILL)
+        elif fault == "clean reboot":
+            subprocess.run([str(BIN / "yasco-lab"), "reboot", host], check=True,
+                           capture_output=True)
+        else:
+            subprocess.run([str(BIN / "yasco-lab"), "crash", host], check=True,
+                           capture_output=True)
+        at = writing_again(name, last, give_up)
+    finally:
+        if fault == "failed start":
+            lab_verbs.ceph_secret(host, present=True)
+        if fault == "host crash":
+            subprocess.run([str(BIN / "yasco-lab"), "boot", host], check=True,
+                           capture_output=True)
+    return None if at is None else at - started
+
+
+def settle(inv: Path, names: list[str], homes: dict[str, str]) -> None:
+    """Every canary home, running and writing, before the next run: as an operator
+    would, start what runs nowhere (the baseline leaves a killed VM down) and send
+    what runs elsewhere home (a relocated VM stays where it was started)."""
+    def home() -> bool:
+        return all(where_running(n) == homes[n] for n in names)
+
+    try:
+        wait("canaries home", home, 60, every=2)
+    except LabError:
+        for name in names:
+            if where_running(name) is None:
+                steps = [{"action": "relocate", "vm": name, "from": homes[name],
+                          "to": homes[name], "hosts": [], "preempt": [],
+                          "record": current_record(name), "revision": 0,
+                          "reason": "started by hand"}]
+                playbook("recover_vm", inv, "-e", json.dumps({"yasco_recover": steps}))
+        for name in names:
+            if where_running(name) != homes[name]:
+                playbook("return_home", inv, "-e", f"yasco_host={homes[name]}")
+        wait("canaries home", home, 240, every=2)
+    last = {n: storage.canary_records(n)[-1].seq for n in names}
+    wait("canaries writing", lambda: all(storage.canary_records(n)[-1].seq > last[n] + 2
+                                         for n in names), 300, every=1)
+
+
+def current_record(name: str) -> dict:
+    with etcd_client(lab_status()["etcd_endpoints"]) as etcd:
+        kv = etcd.get(etcd_keys.vm_key(name, cluster=layout.CLUSTER_NAME))
+        return kv.json() if kv else {}
+
+
+def watch(inv: Path, log: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([str(ROOT / "scripts" / "watch")], cwd=ROOT,
+                            env={**os.environ, "INV": str(inv)}, stdout=open(log, "ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    time.sleep(8)
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs of each fault")
+    parser.add_argument("--baseline-runs", type=int, default=1,
+                        help="runs of each fault without the reconciler")
+    parser.add_argument("--give-up", type=float, default=90.0)
+    parser.add_argument("--faults", default=",".join(FAULTS))
+    args = parser.parse_args()
+    faults = [f.strip() for f in args.faults.split(",")]
+    lab = lab_status()
+    names = [f"rc{i}" for i in range(3)]
+    homes = {name: HOSTS[i] for i, name in enumerate(names)}
+    modes = {"reconciler": {}, "baseline": {"yasco_reconcile_interval": 0}}
+    results: dict[str, dict[str, list[float | None]]] = {m: {f: [] for f in faults}
+                                                          for m in modes}
+    with tempfile.TemporaryDirectory(prefix="yasco-recovery-") as scratch:
+        inv = lab_inventory(lab, Path(scratch) / "inventory",
+                            {n: {"ha": True, "home": homes[n]} for n in names}, 8192)
+        playbook("plan", inv)
+        playbook("provision", inv)
+        try:
+            settle(inv, names, homes)
+            for mode, settings in modes.items():
+                # Restarts counted within 20 s only: each run is a first failure.
+                (inv / "group_vars" / "all" / "bench.yml").write_text(yaml.safe_dump(
+                    {"yasco_recovery": {"window": 20}, **settings}))
+                watcher = watch(inv, Path(scratch) / f"{mode}.log")
+                try:
+                    runs = args.runs if mode == "reconciler" else args.baseline_runs
+                    for fault in faults:
+                        for index in range(runs):
+                            name = names[index % len(names)]
+                            took = one_run(fault, name, args.give_up)
+                            results[mode][fault].append(took)
+                            print(f"{mode}: {fault} of {name}: "
+                                  f"{'never' if took is None else f'{took:.1f} s'}",
+                                  flush=True)
+                            # Three canaries in turn: a run's VM last failed more
+                            # than the 20 s restart window ago.
+                            settle(inv, names, homes)
+                finally:
+                    stop(watcher)
+        finally:
+            for host in lab_status()["hosts"]:
+                if host["state"] != "running":
+                    subprocess.run([str(BIN / "yasco-lab"),
+                                    "heal" if host["state"] == "partitioned" else "boot",
+                                    host["name"]], check=False, capture_output=True)
+            for name in names:
+                if run(str(BIN / "ansible-playbook"), "-i", str(inv),
+                       "playbooks/remove_vm.yml", "-e", f"vm={name}", "-e",
+                       f"delete_disk={name}", check=False).returncode != 0:
+                    print(f"could not remove {name}: remove it with playbooks/remove_vm.yml",
+                          file=sys.stderr)
+    print(f"\nSeconds from the fault to the HA canary writing again from a new copy, median "
+          f"(min-max) of {args.runs} runs with the reconciler, and {args.baseline_runs} "
+          f"without it (the watcher before it: host failures only), 'never' when nothing "
+          f"within {args.give_up:g} s; agent ttl {hypervisor.AGENT_TTL:g} s, TCG guests "
+          "on a 2-core machine.")
+    print(f"{'fault':<14} {'reconciler':>20} {'baseline':>20}")
+    for fault in faults:
+        print(f"{fault:<14} {spread(results['reconciler'][fault]):>20} "
+              f"{spread(results['baseline'][fault]):>20}")
+
+
+def spread(values: list[float | None]) -> str:
+    done = [v for v in values if v is not None]
+    if not done:
+        return "never" if values else "-"
+    text = f"{statistics.median(done):.1f} ({min(done):.1f}-{max(done):.1f})"
+    return text + (f", {len(values) - len(done)} never" if len(done) < len(values) else "")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except LabError as err:
+        sys.exit(f"recovery: {err}")

@@ -1,0 +1,366 @@
+"""The HA reconciler's decisions, driven through Proxmox-style scenarios on a fake
+clock: a VM that dies on a live host, one that keeps dying, a start that fails or
+never finishes, more failures than planned, requested states, targets that are
+drained or fenced, and safety properties over random clusters."""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import KeyValue
+from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
+    Memory, Policy, decide, observe, usable_hosts)
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import ha_view
+
+HOSTS = ("hv1", "hv2", "hv3")
+
+
+def cluster(**vms) -> dict:
+    """Three hosts of 4 GiB; `vms` maps a name to (kind, home, chain, memory_mb); every
+    VM recorded running at home, and running there."""
+    view = {"hosts": {h: {"vcpus": 8, "memory_mb": 4096} for h in HOSTS}, "vms": {}}
+    observed = {"hosts": {h: {"alive": True} for h in HOSTS}, "domains": {h: {} for h in HOSTS},
+                "records": {}, "requested": {}, "vdm": view, "disarmed": False}
+    for name, (kind, home, chain, memory) in vms.items():
+        view["vms"][name] = {"kind": kind, "priority": 0, "vcpus": 1, "memory_mb": memory,
+                             "home": home, "chain": list(chain)}
+        observed["records"][name] = ({"host": home, "state": "running"}, 10)
+        observed["domains"][home][name] = "running"
+    return observed
+
+
+def dies(observed: dict, vm: str) -> None:
+    host = observed["records"][vm][0]["host"]
+    observed["domains"][host].pop(vm)
+
+
+def claimed(observed: dict, step: dict, revision: int) -> None:
+    """What recover_vm.yml's claim does: the record says starting on the target."""
+    observed["records"][step["vm"]] = ({"host": step["to"], "state": "starting",
+                                        "from": step["from"]}, revision)
+
+
+def started(observed: dict, vm: str, host: str, revision: int) -> None:
+    observed["records"][vm] = ({"host": host, "state": "running"}, revision)
+    observed["domains"][host][vm] = "running"
+
+
+def test_a_vm_that_dies_on_a_live_host_is_restarted_in_place_after_the_grace():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    dies(observed, "web")
+    first = decide(observed, memory, policy, now=100.0)
+    assert first["steps"] == [] and first["wake"] == 100.0 + policy.grace
+    (step,) = decide(observed, memory, policy, now=100.0 + policy.grace)["steps"]
+    assert (step["action"], step["from"], step["to"]) == ("restart", "hv1", "hv1")
+    assert "not running on hv1" in step["reason"]
+    assert step["record"] == {"host": "hv1", "state": "running"} and step["revision"] == 10
+
+
+def test_a_vm_that_comes_back_within_the_grace_is_left_alone():
+    observed, memory = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory()
+    dies(observed, "web")
+    decide(observed, memory, Policy(), now=0.0)
+    started(observed, "web", "hv1", 10)
+    assert decide(observed, memory, Policy(), now=5.0)["steps"] == []
+    dies(observed, "web")  # a new outage counts its grace afresh
+    assert decide(observed, memory, Policy(), now=6.0)["steps"] == []
+
+
+def test_a_step_goes_out_once_per_record_revision_until_its_timeout():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    dies(observed, "web")
+    decide(observed, memory, policy, now=0.0)
+    assert len(decide(observed, memory, policy, now=3.0)["steps"]) == 1
+    again = decide(observed, memory, policy, now=4.0)
+    assert again["steps"] == [] and again["wake"] == 3.0 + policy.action_timeout
+    # The run changed nothing in etcd: after the timeout it is decided afresh, and the
+    # restart it was asked for counts.
+    (step,) = decide(observed, memory, policy, now=3.0 + policy.action_timeout)["steps"]
+    assert step["action"] == "relocate" and step["to"] == "hv2"
+
+
+def test_a_vm_that_keeps_dying_is_restarted_then_relocated_along_its_chain_then_failed():
+    observed = cluster(web=("ha", "hv1", ["hv2", "hv3"], 1024))
+    memory, policy, now, revision = Memory(), Policy(max_restart=1, max_relocate=2), 0.0, 10
+    where = []
+    for dummy in range(4):
+        dies(observed, "web")
+        decide(observed, memory, policy, now)
+        now += policy.grace
+        (step,) = decide(observed, memory, policy, now)["steps"]
+        where.append((step["action"], step["to"]))
+        if step["action"] == "fail":
+            break
+        revision += 1
+        claimed(observed, step, revision)
+        revision += 1
+        started(observed, "web", step["to"], revision)
+        decide(observed, memory, policy, now)  # seen running again
+        now += 1
+    assert where == [("restart", "hv1"), ("relocate", "hv2"), ("relocate", "hv3"),
+                     ("fail", None)]
+
+
+def test_restarts_are_counted_within_the_window_only():
+    observed, memory = cluster(web=("ha", "hv1", [], 1024)), Memory()
+    policy = Policy(max_restart=1, window=60)
+    dies(observed, "web")
+    decide(observed, memory, policy, 0.0)
+    assert decide(observed, memory, policy, 2.0)["steps"][0]["action"] == "restart"
+    started(observed, "web", "hv1", 11)
+    decide(observed, memory, policy, 3.0)
+    dies(observed, "web")
+    decide(observed, memory, policy, 100.0)
+    (step,) = decide(observed, memory, policy, 102.0)["steps"]
+    assert step["action"] == "restart", "an old restart is out of the window"
+
+
+def test_a_start_that_never_finishes_goes_to_the_next_host():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2", "hv3"], 1024)), Memory(), Policy()
+    observed["records"]["web"] = ({"host": "hv2", "state": "starting", "from": "hv1"}, 20)
+    observed["domains"]["hv1"].pop("web")
+    first = decide(observed, memory, policy, 0.0)
+    assert first["steps"] == [] and first["wake"] == policy.start_timeout
+    (step,) = decide(observed, memory, policy, policy.start_timeout)["steps"]
+    assert step["action"] == "relocate" and step["to"] not in ("hv2",)
+    assert "did not finish" in step["reason"]
+
+
+def test_a_failed_start_recorded_down_tries_the_next_host_at_once():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2", "hv3"], 1024)), Memory(), Policy()
+    dies(observed, "web")
+    decide(observed, memory, policy, 0.0)
+    decide(observed, memory, policy, 2.0)  # restart on hv1, which fails
+    observed["records"]["web"] = ({"host": "hv1", "state": "down",
+                                   "reason": "start on hv1 failed"}, 12)
+    (step,) = decide(observed, memory, policy, 3.0)["steps"]
+    assert step["action"] == "relocate" and step["to"] == "hv2"
+    assert "start on hv1 failed" in step["reason"]
+
+
+def test_vms_left_down_beyond_the_plan_start_when_a_host_has_room_highest_priority_first():
+    observed = cluster(big=("ha", "hv1", [], 3000), small=("ha", "hv1", [], 1000),
+                       filler=("plain", "hv2", [], 3500), other=("plain", "hv3", [], 3500))
+    observed["vdm"]["vms"]["small"]["priority"] = 9
+    observed["hosts"]["hv1"] = {}  # failed, and its VMs were recorded down
+    for vm in ("big", "small"):
+        observed["domains"]["hv1"].pop(vm)
+        observed["records"][vm] = ({"host": "hv1", "state": "down"}, 30)
+    assert decide(observed, Memory(), Policy(), 0.0)["steps"] == [
+        s for s in decide(observed, Memory(), Policy(), 0.0)["steps"] if s["action"] == "fail"]
+    observed["hosts"]["hv1"] = {"alive": True}  # it returns, empty
+    steps = decide(observed, Memory(), Policy(), 1.0)["steps"]
+    assert [(s["vm"], s["action"], s["to"]) for s in steps] == [
+        ("small", "relocate", "hv1"), ("big", "relocate", "hv1")]
+
+
+def test_a_failed_vm_is_retried_as_soon_as_a_host_becomes_usable():
+    observed, memory = cluster(web=("ha", "hv1", [], 1024)), Memory()
+    observed["hosts"]["hv2"]["maintenance"] = observed["hosts"]["hv3"]["fenced"] = True
+    observed["records"]["web"] = ({"host": "hv1", "state": "failed", "reason": "x"}, 40)
+    observed["hosts"]["hv1"]["maintenance"] = True
+    observed["domains"]["hv1"].pop("web")
+    first = decide(observed, memory, Policy(retry_after=300), 0.0)
+    assert first["steps"] == [] and "failed" in first["standing"]["web"]
+    observed["hosts"]["hv2"].pop("maintenance")
+    (step,) = decide(observed, memory, Policy(retry_after=300), 10.0)["steps"]
+    assert (step["action"], step["to"]) == ("relocate", "hv2")
+
+
+def test_no_vm_is_started_on_a_host_in_maintenance_fenced_or_without_room():
+    observed = cluster(web=("ha", "hv1", ["hv2", "hv3"], 1024), hog=("plain", "hv3", [], 3500))
+    observed["hosts"]["hv2"]["maintenance"] = True
+    memory = Memory(attempts={"web": [(0.0, "hv1", "restart")]})
+    dies(observed, "web")
+    decide(observed, memory, Policy(), 1.0)
+    (step,) = decide(observed, memory, Policy(), 5.0)["steps"]
+    assert step["action"] == "fail" and "no usable host" in step["reason"]
+    assert usable_hosts(observed) == {"hv1", "hv3"}
+
+
+def test_a_preemptible_vm_makes_room_on_the_planned_target():
+    observed = cluster(web=("ha", "hv1", ["hv2"], 2048), batch=("preemptible", "hv2", [], 3000))
+    memory = Memory(attempts={"web": [(0.0, "hv1", "restart")]})
+    dies(observed, "web")
+    decide(observed, memory, Policy(), 1.0)
+    (step,) = decide(observed, memory, Policy(), 5.0)["steps"]
+    assert (step["action"], step["to"], step["preempt"]) == ("relocate", "hv2", ["batch"])
+
+
+def test_anti_affinity_is_kept_when_relocating():
+    observed = cluster(db1=("ha", "hv1", ["hv2", "hv3"], 1024), db2=("ha", "hv2", [], 1024))
+    for vm in ("db1", "db2"):
+        observed["vdm"]["vms"][vm]["anti_affinity"] = ["db"]
+    memory = Memory(attempts={"db1": [(0.0, "hv1", "restart")]})
+    dies(observed, "db1")
+    decide(observed, memory, Policy(), 1.0)
+    (step,) = decide(observed, memory, Policy(), 5.0)["steps"]
+    assert step["to"] == "hv3"
+
+
+def test_requested_states():
+    observed = cluster(a=("ha", "hv1", [], 512), b=("ha", "hv1", [], 512),
+                       c=("ha", "hv1", [], 512), d=("ha", "hv1", [], 512))
+    observed["requested"] = {"a": "stopped", "b": "disabled", "c": "ignored"}
+    for vm in ("b", "c", "d"):
+        dies(observed, vm)
+    memory = Memory()
+    first = decide(observed, memory, Policy(), 0.0)  # a stop needs no grace
+    decision = decide(observed, memory, Policy(), 5.0)
+    steps = {s["vm"]: s for s in first["steps"] + decision["steps"]}
+    assert steps["a"]["action"] == "stop" and steps["a"]["hosts"] == ["hv1"]
+    assert steps["d"]["action"] == "restart"
+    assert set(steps) == {"a", "d"}
+    assert "disabled" in decision["standing"]["b"] and "c" not in decision["standing"]
+    # A stopped VM that is off, and recorded so, needs nothing more.
+    observed["domains"]["hv1"].pop("a")
+    observed["records"]["a"] = ({"host": "hv1", "state": "stopped"}, 50)
+    assert "a" not in {s["vm"] for s in decide(observed, memory, Policy(), 200.0)["steps"]}
+    # Set back to started, it is started where it was.
+    observed["requested"].pop("a")
+    (step,) = [s for s in decide(observed, memory, Policy(), 300.0)["steps"] if s["vm"] == "a"]
+    assert (step["action"], step["to"]) == ("relocate", "hv1")
+
+
+def test_nothing_is_decided_while_disarmed_or_for_a_failed_hosts_vms():
+    observed = cluster(web=("ha", "hv1", ["hv2"], 1024))
+    dies(observed, "web")
+    observed["disarmed"] = True
+    assert decide(observed, Memory(), Policy(grace=0), 10.0)["steps"] == []
+    observed["disarmed"] = False
+    observed["hosts"]["hv1"] = {}  # no liveness key: the evacuation's
+    decision = decide(observed, Memory(), Policy(grace=0), 10.0)
+    assert decision["steps"] == [] and "evacuation" in decision["standing"]["web"]
+
+
+def test_a_vm_running_or_migrating_is_left_alone():
+    observed = cluster(web=("ha", "hv1", ["hv2"], 1024), mig=("ha", "hv2", [], 1024))
+    observed["records"]["mig"] = ({"host": "hv2", "state": "migrating", "to": "hv3"}, 7)
+    observed["domains"]["hv2"].pop("mig")
+    # Moved by hand: it runs on hv3 while its record says hv1.
+    observed["domains"]["hv1"].pop("web")
+    observed["domains"]["hv3"]["web"] = "running"
+    decision = decide(observed, Memory(), Policy(grace=0), 10.0)
+    assert decision["steps"] == []
+    assert "runs on hv3" in decision["standing"]["web"]
+
+
+def test_observe_reads_etcds_keys():
+    def kv(key, value, revision=1):
+        return KeyValue(key=key, value=value, mod_revision=revision, create_revision=1,
+                        lease=0, version=1)
+
+    vdm = {"version": 3, "hosts": {"hv1": {"memory_mb": 100}, "hv2": {"memory_mb": 100}},
+           "vms": {"web": {"kind": "ha", "priority": 1, "memory_mb": 10}},
+           "home": {"web": "hv1"}, "failover": {"hv1": {"web": "hv2"}}}
+    keys = [kv(etcd_keys.alive_key("hv1"), "{}"), kv(etcd_keys.fence_key("hv2"), "{}"),
+            kv(etcd_keys.domain_key("hv1", "web"), '{"state": "paused"}'),
+            kv(etcd_keys.vm_key("web"), '{"host": "hv1", "state": "running"}', 9),
+            kv(etcd_keys.requested_key("web"), '{"state": "disabled"}'),
+            kv(etcd_keys.requested_key("bad"), '{"state": "sleeping"}'),
+            kv(etcd_keys.vdm_ha_key(), __import__("json").dumps(ha_view(vdm)))]
+    observed = observe(keys, etcd_keys.parse_key)
+    assert observed["hosts"] == {"hv1": {"alive": True}, "hv2": {"fenced": True}}
+    assert observed["domains"] == {"hv1": {"web": "paused"}}
+    assert observed["records"] == {"web": ({"host": "hv1", "state": "running"}, 9)}
+    assert observed["requested"] == {"web": "disabled"}
+    assert observed["vdm"]["vms"]["web"]["chain"] == ["hv2"]
+    assert observed["vdm"]["vms"]["web"]["home"] == "hv1"
+
+
+# -- properties over random clusters ---------------------------------------------------
+
+states = st.sampled_from(["running", "starting", "down", "stopped", "failed", "migrating"])
+
+
+@st.composite
+def random_cluster(draw):
+    names = [f"vm{i}" for i in range(draw(st.integers(1, 6)))]
+    vms = {n: (draw(st.sampled_from(["ha", "ha", "plain", "preemptible"])),
+               draw(st.sampled_from(HOSTS)), draw(st.lists(st.sampled_from(HOSTS),
+                                                           max_size=2, unique=True)),
+               draw(st.sampled_from([256, 1024, 3000]))) for n in names}
+    observed = cluster(**vms)
+    for host in HOSTS:
+        observed["hosts"][host] = {k: True for k in ("alive", "maintenance", "fenced")
+                                   if draw(st.booleans()) or k == "alive" and draw(st.booleans())}
+    for name in names:
+        host = draw(st.sampled_from(HOSTS))
+        observed["records"][name] = ({"host": host, "state": draw(states)},
+                                     draw(st.integers(1, 5)))
+        for h in HOSTS:
+            observed["domains"][h].pop(name, None)
+        for h in draw(st.lists(st.sampled_from(HOSTS), max_size=2, unique=True)):
+            observed["domains"][h][name] = "running"
+        if draw(st.booleans()):
+            observed["requested"][name] = draw(st.sampled_from(
+                ["started", "stopped", "disabled", "ignored"]))
+    return observed
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_cluster(), st.floats(0, 1000))
+def test_no_step_ever_starts_a_vm_that_runs_or_targets_an_unusable_host(observed, now):
+    before = copy.deepcopy(observed)
+    memory = Memory()
+    decide(observed, memory, Policy(), now)
+    decision = decide(observed, memory, Policy(), now + 1000)
+    assert observed == before, "decide() changes nothing it is given but memory"
+    alive = {h for h, s in observed["hosts"].items() if s.get("alive")}
+    running = {vm for h in alive for vm in observed["domains"][h]}
+    for step in decision["steps"]:
+        vm, record = step["vm"], observed["records"][step["vm"]][0]
+        assert observed["vdm"]["vms"][vm]["kind"] == "ha"
+        assert observed["requested"].get(vm) not in ("disabled", "ignored")
+        if step["action"] in ("restart", "relocate"):
+            assert vm not in running, f"{vm} runs already"
+            assert step["to"] in usable_hosts(observed)
+            assert observed["requested"].get(vm, "started") == "started"
+            assert record["state"] != "migrating"
+            # A VM whose host failed is the evacuation's, never the reconciler's.
+            assert record["state"] not in ("running", "starting") or record["host"] in alive
+        if step["action"] == "stop":
+            assert observed["requested"][vm] == "stopped"
+
+
+def test_an_evacuation_that_did_not_finish_is_asked_for_again():
+    observed, memory = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory()
+    policy = Policy(evacuation_timeout=60)
+    observed["hosts"]["hv1"] = {}  # failed: the evacuation's, for now
+    observed["domains"]["hv1"].pop("web")
+    first = decide(observed, memory, policy, 0.0)
+    assert first["evacuate"] == [] and first["wake"] == 60.0
+    assert decide(observed, memory, policy, 60.0)["evacuate"] == ["hv1"]
+    assert decide(observed, memory, policy, 61.0)["evacuate"] == [], "once per timeout"
+    # A host stopped on purpose (its marker) is nobody's failure.
+    observed["hosts"]["hv1"] = {"maintenance": True}
+    assert decide(observed, Memory(), policy, 0.0)["evacuate"] == []
+    assert decide(observed, memory, policy, 500.0)["evacuate"] == []
+
+
+def test_ha_vms_a_host_shut_down_as_it_went_down_are_started_elsewhere():
+    observed, memory = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory()
+    observed["hosts"]["hv1"] = {"maintenance": True, "off": ["web"]}
+    observed["domains"]["hv1"].pop("web")
+    decide(observed, memory, Policy(), 0.0)
+    (step,) = decide(observed, memory, Policy(), 2.0)["steps"]
+    assert (step["action"], step["to"]) == ("relocate", "hv2")
+    assert "shut down by hv1's agent" in step["reason"]
+
+
+def test_a_host_that_went_down_and_came_back_counts_against_none_of_its_vms():
+    observed = cluster(web=("ha", "hv1", ["hv2"], 1024))
+    memory = Memory(attempts={"web": [(0.0, "hv1", "restart"), (1.0, "hv2", "relocate"),
+                                      (2.0, "hv1", "relocate")]})
+    decide(observed, memory, Policy(), 3.0)
+    observed["hosts"]["hv1"] = {"maintenance": True}  # a clean reboot
+    observed["domains"]["hv1"].pop("web")
+    decide(observed, memory, Policy(), 4.0)
+    observed["hosts"]["hv1"] = {"alive": True}
+    decide(observed, memory, Policy(), 30.0)
+    (step,) = decide(observed, memory, Policy(), 33.0)["steps"]
+    assert (step["action"], step["to"]) == ("restart", "hv1")
