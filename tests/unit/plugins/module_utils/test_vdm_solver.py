@@ -3,6 +3,7 @@ whenever one exists, proves it when none does, and says when it ran out of time.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -158,3 +159,64 @@ def test_a_model_too_large_to_search_in_a_minute_is_refused_with_its_size():
     reason = vdm_solver.supported(problem)
     assert reason and re.search(r"about [\d,]+ variables \(60 hosts, 1830 failure sets\)",
                                 reason), reason
+
+
+# -- against brute force --------------------------------------------------------
+
+@st.composite
+def tiny_clusters(draw):
+    """Three hosts, X = 1 and up to four VMs: few enough maps to try them all."""
+    hostvars = {f"hv{i}": {"yasco_capacity": {
+        "vcpus": draw(st.integers(3, 6)), "memory_mb": draw(st.sampled_from([2048, 4096]))}}
+        for i in (1, 2, 3)}
+    vms = {}
+    for i in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["ha", "ha", "plain", "preemptible"]))
+        spec = {"vcpus": draw(st.integers(1, 3)),
+                "memory_mb": draw(st.sampled_from([512, 1024, 2048])),
+                "ha": kind == "ha", "preemptible": kind == "preemptible"}
+        if draw(st.booleans()):
+            spec["anti_affinity"] = ["web"]
+        if draw(st.integers(0, 3)) == 0:
+            spec["hosts"] = draw(st.lists(st.sampled_from(sorted(hostvars)), min_size=1,
+                                          max_size=2, unique=True))
+        vms[f"vm{i}"] = spec
+    return hostvars, {"yasco_vms": vms}
+
+
+def some_map_holds(problem) -> bool:
+    """Whether any map at all passes the checker, trying every home and every target.
+    Stopping every preemptible VM on a host that receives VMs loses nothing: the
+    checker allows it, and it only frees room."""
+    names = sorted(problem.vms)
+    hosts = sorted(problem.hosts)
+    ha = [n for n in names if problem.vms[n].ha]
+    for homes in itertools.product(hosts, repeat=len(names)):
+        home = dict(zip(names, homes, strict=True))
+        for targets in itertools.product(hosts, repeat=len(ha)):
+            target = dict(zip(ha, targets, strict=True))
+            if any(target[n] == home[n] for n in ha):
+                continue
+            failover, preempt = {}, {}
+            for failed in problem.failure_sets:
+                key = ",".join(sorted(failed))
+                failover[key] = {n: target[n] for n in ha if home[n] in failed}
+                receiving = set(failover[key].values())
+                preempt[key] = [n for n in names if problem.vms[n].preemptible
+                                and home[n] in receiving]
+            if not check(problem, {"home": home, "failover": failover, "preempt": preempt}):
+                return True
+    return False
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_clusters())
+def test_the_planner_answers_infeasible_exactly_when_no_map_exists(cluster):
+    problem = load_problem(*cluster)
+    exists = some_map_holds(problem)
+    try:
+        result = plan(problem)
+    except VdmInfeasible:
+        assert not exists, "called infeasible, but a map exists"
+        return
+    assert exists and check(problem, as_vdm(result)) == []
