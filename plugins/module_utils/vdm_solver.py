@@ -30,7 +30,10 @@ sizes are scaled to integers; when that is not exact (sizes with more than three
 decimals) an "infeasible" status is reported as "not found", never as a proof.
 
 The solution is turned back into one home and one target per failure set for every
-VM, which the planner turns into its usual plan and the checker re-checks.
+VM, which the planner turns into its usual plan and the checker re-checks. After the
+first plan the search looks for a better one: fewest VMs moved from the current map,
+then the most balanced spare (the smallest largest share of a host's memory taken by
+its firm VMs with what one failure set brings).
 
 Pure Python and OR-Tools, no I/O and no Ansible.
 """
@@ -279,8 +282,27 @@ class _Model:
                     self.model.add(stay <= self.home[(c, h)])
                     self.stay.append((stay, self.home[(c, h)], count))
 
-    def fewest_moves(self, solver) -> None:
-        """Maximise the VMs that stay, starting from the plan `solver` holds."""
+    def _fullest_share(self) -> cp_model.IntVar:
+        """The largest share of a host's memory, in thousandths, that its firm VMs at
+        home take, alone or with what any one failure set brings it: the spare
+        reservations are most balanced when it is smallest."""
+        r = "memory_mb"
+        worst = self.model.new_int_var(0, 1000, "")
+        for t in self.hosts:
+            firm, needs = self.firm[(t, r)]
+            self.model.add(cp_model.LinearExpr.weighted_sum(
+                firm + [worst], [1000 * n for n in needs] + [-self.cap[t][r]]) <= 0)
+        for (failed, t), incoming in self.arriving.items():
+            firm, needs = self.firm[(t, r)]
+            self.model.add(cp_model.LinearExpr.weighted_sum(
+                firm + [count for c, count in incoming] + [worst],
+                [1000 * n for n in needs] + [1000 * self.need[c][r] for c, count in incoming]
+                + [-self.cap[t][r]]) <= 0)
+        return worst
+
+    def improve(self, solver) -> None:
+        """From the plan `solver` holds, look for one that moves the fewest VMs, then
+        among those the most balanced spare."""
         self.model.clear_hints()
         for (dummy, h), v in self.home.items():
             self.model.add_hint(v, solver.value(v))
@@ -289,7 +311,9 @@ class _Model:
                 self.model.add_hint(v, solver.value(v))
         for stay, home, count in self.stay:
             self.model.add_hint(stay, min(solver.value(home), count))
-        self.model.maximize(sum(stay for stay, dummy, dummy in self.stay))
+        # One VM more that stays outweighs any balance (at most 1000).
+        self.model.maximize(1001 * sum(stay for stay, dummy, dummy in self.stay)
+                            - self._fullest_share())
 
     def hint(self, home: dict[str, str],
              targets: dict[str, dict[frozenset[str], str]]) -> None:
@@ -379,14 +403,17 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
     def left() -> float:
         return max(0.01, time_limit - (time.perf_counter() - start))
 
-    # First any plan (CP-SAT stops at the first), then, if VMs were placed before, the
-    # one that moves fewest of them, for a few seconds from there.
+    # First any plan (CP-SAT stops at the first), then from there the one that moves
+    # fewest VMs and balances the spare best: for a few seconds on a re-plan, and
+    # otherwise about as long as the first plan took (a second at least).
     solver.parameters.max_time_in_seconds = left()
     status = solver.solve(model.model)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and model.stay:
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and "memory_mb" in model.resources:
         first = model.read(solver, previous_home)
-        model.fewest_moves(solver)
-        solver.parameters.max_time_in_seconds = min(IMPROVE_SECONDS, left())
+        took = time.perf_counter() - start
+        model.improve(solver)
+        solver.parameters.max_time_in_seconds = min(
+            IMPROVE_SECONDS if model.stay else min(IMPROVE_SECONDS, max(1.0, took)), left())
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Outcome("plan", *first, seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start

@@ -150,6 +150,26 @@ def test_three_failures_are_solved_one_vm_at_a_time():
     assert check(problem, {"home": outcome.home, "failover": failover, "preempt": {}}) == []
 
 
+def test_the_exact_search_balances_the_spare_once_it_has_a_plan():
+    # Ten HA and six plain VMs of 1 GB on hosts of 8, 8, 16 and 16 GB: plans abound,
+    # many with a host full after some failure; the best keeps every host at 7/16.
+    sizes = {"hv1": 8192, "hv2": 8192, "hv3": 16384, "hv4": 16384}
+    hostvars = {h: {"yasco_capacity": {"vcpus": 16, "memory_mb": m}} for h, m in sizes.items()}
+    vms = {f"vm{i}": {"vcpus": 1, "memory_mb": 1024, "ha": i < 10} for i in range(16)}
+    problem = load_problem(hostvars, {"yasco_vms": vms})
+    outcome = vdm_solver.solve(problem, 20)
+    assert outcome.status == "plan"
+    fullest = 0.0
+    for host, cap in sizes.items():
+        home = sum(1024 for h in outcome.home.values() if h == host)
+        fullest = max(fullest, home / cap)
+        for failed in problem.failure_sets:
+            arriving = sum(1024 for targets in outcome.targets.values()
+                           if targets.get(failed) == host)
+            fullest = max(fullest, (home + arriving) / cap)
+    assert fullest == 7 / 16
+
+
 def test_a_model_too_large_to_search_in_a_minute_is_refused_with_its_size():
     hostvars = {f"hv{i:03d}": {"yasco_capacity": {"vcpus": 64, "memory_mb": 262144}}
                 for i in range(60)}
