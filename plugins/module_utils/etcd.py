@@ -26,7 +26,7 @@ import errno
 import json
 import os
 import re
-import select
+import selectors
 import socket
 import ssl
 import time
@@ -641,19 +641,25 @@ class EtcdClient:
                 sock.close()
         deadline = time.monotonic() + CONNECT_TIMEOUT
         connected: set[int] = set()
+        # A selector, not select(): a long-lived process (a watcher, a test run) may
+        # hold more than 1024 descriptors, which select() cannot wait on.
+        waiting = selectors.DefaultSelector()
+        for sock in pending:
+            waiting.register(sock, selectors.EVENT_WRITE)
         try:
             while pending and time.monotonic() < deadline:
-                dummy, ready, dummy2 = select.select([], list(pending), [],
-                                                     max(0.0, deadline - time.monotonic()))
-                for sock in ready:
+                for key, dummy in waiting.select(max(0.0, deadline - time.monotonic())):
+                    sock = key.fileobj
                     if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
                         connected.add(pending[sock])
+                    waiting.unregister(sock)
                     sock.close()
                     del pending[sock]
                 if connected:
                     self._current = min(connected)
                     return
         finally:
+            waiting.close()
             for sock in pending:
                 sock.close()
 

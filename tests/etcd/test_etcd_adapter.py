@@ -5,6 +5,7 @@ and the key layout it is used with."""
 from __future__ import annotations
 
 import threading
+import os
 import time
 
 import pytest
@@ -185,6 +186,19 @@ def test_a_down_endpoint_is_passed_over_for_the_next(etcd, prefix):
     client.put(f"{prefix}k", "v")
     assert client.endpoint == etcd.url
     assert client.get(f"{prefix}k").value == "v"
+
+
+def test_a_process_holding_over_1024_descriptors_still_picks_its_member(etcd, prefix):
+    """select() cannot wait on a descriptor numbered 1024 or more; a watcher or a test
+    run that has opened many connections must still reach etcd."""
+    held = [os.open(os.devnull, os.O_RDONLY) for dummy in range(1100)]
+    try:
+        client = EtcdClient([closed_port_url(), etcd.url], timeout=2)
+        client.put(f"{prefix}many", "v")
+        assert client.endpoint == etcd.url
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
 
 
 def test_when_every_endpoint_is_down_each_is_named():
