@@ -229,18 +229,7 @@ def main() -> None:
             # report a removal that fails instead of raising.
             os.killpg(watcher.pid, signal.SIGTERM)
             watcher.wait(timeout=30)
-            for host in lab_status()["hosts"]:
-                if host["state"] != "running":
-                    subprocess.run([str(BIN / "yasco-lab"),
-                                    "heal" if host["state"] == "partitioned" else "boot",
-                                    host["name"]], check=False, capture_output=True)
-            for name in names:
-                done = run(str(BIN / "ansible-playbook"), "-i", str(inv),
-                           "playbooks/remove_vm.yml", "-e", f"vm={name}", "-e",
-                           f"delete_disk={name}", check=False)
-                if done.returncode != 0:
-                    print(f"could not remove {name}: remove it with playbooks/remove_vm.yml",
-                          file=sys.stderr)
+            clean_up(inv, names)
     first, baseline = MODES
     print(f"\n{args.vms} HA canary VMs on 3 lab hypervisors, one crashed per run; seconds "
           f"from the crash, median (min-max) of {args.runs} runs each, tasks run {first} "
@@ -264,6 +253,22 @@ def main() -> None:
     for phase in returns[first][0]:
         print(f"{phase:<14} {spread(returns[first], phase):>17} "
               f"{spread(returns[baseline], phase):>17} {ratio(returns, phase):>6}")
+
+
+def clean_up(inv: Path, names: list[str]) -> None:
+    """Heal or boot every lab host that is not running, and remove the benchmark's VMs;
+    a removal that fails is reported, not raised, so that it hides no earlier error."""
+    for host in lab_status()["hosts"]:
+        if host["state"] != "running":
+            subprocess.run([str(BIN / "yasco-lab"),
+                            "heal" if host["state"] == "partitioned" else "boot",
+                            host["name"]], check=False, capture_output=True)
+    for name in names:
+        done = run(str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/remove_vm.yml",
+                   "-e", f"vm={name}", "-e", f"delete_disk={name}", check=False)
+        if done.returncode != 0:
+            print(f"could not remove {name}: remove it with playbooks/remove_vm.yml",
+                  file=sys.stderr)
 
 
 def spread(rows: list[dict[str, float]], phase: str) -> str:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
-from failover import playbook, run  # noqa: E402
+from failover import clean_up, playbook  # noqa: E402
 from provision import lab_inventory, lab_status  # noqa: E402
 from yasco_lab import hypervisor, layout, storage  # noqa: E402
 from yasco_lab import lab as lab_verbs  # noqa: E402
@@ -135,9 +135,15 @@ def settle(inv: Path, names: list[str], homes: dict[str, str]) -> None:
             if where_running(name) != homes[name]:
                 playbook("return_home", inv, "-e", f"yasco_host={homes[name]}")
         wait("canaries home", home, 240, every=2)
-    last = {n: storage.canary_records(n)[-1].seq for n in names}
-    wait("canaries writing", lambda: all(storage.canary_records(n)[-1].seq > last[n] + 2
-                                         for n in names), 300, every=1)
+    last = {n: latest_seq(n) for n in names}
+    wait("canaries writing", lambda: all(latest_seq(n) > last[n] + 2 for n in names), 300,
+         every=1)
+
+
+def latest_seq(name: str) -> int:
+    """The canary's last sequence number on its disk; -1 before its first write."""
+    found = storage.canary_records(name)
+    return found[-1].seq if found else -1
 
 
 def current_record(name: str) -> dict:
@@ -172,8 +178,8 @@ def main() -> None:
     names = [f"rc{i}" for i in range(3)]
     homes = {name: HOSTS[i] for i, name in enumerate(names)}
     modes = {"reconciler": {}, "baseline": {"yasco_reconcile_interval": 0}}
-    results: dict[str, dict[str, list[float | None]]] = {m: {f: [] for f in faults}
-                                                          for m in modes}
+    results: dict[str, dict[str, list[float | None]]] = {
+        m: {f: [] for f in faults} for m in modes}
     with tempfile.TemporaryDirectory(prefix="yasco-recovery-") as scratch:
         inv = lab_inventory(lab, Path(scratch) / "inventory",
                             {n: {"ha": True, "home": homes[n]} for n in names}, 8192)
@@ -202,17 +208,7 @@ def main() -> None:
                 finally:
                     stop(watcher)
         finally:
-            for host in lab_status()["hosts"]:
-                if host["state"] != "running":
-                    subprocess.run([str(BIN / "yasco-lab"),
-                                    "heal" if host["state"] == "partitioned" else "boot",
-                                    host["name"]], check=False, capture_output=True)
-            for name in names:
-                if run(str(BIN / "ansible-playbook"), "-i", str(inv),
-                       "playbooks/remove_vm.yml", "-e", f"vm={name}", "-e",
-                       f"delete_disk={name}", check=False).returncode != 0:
-                    print(f"could not remove {name}: remove it with playbooks/remove_vm.yml",
-                          file=sys.stderr)
+            clean_up(inv, names)
     print(f"\nSeconds from the fault to the HA canary writing again from a new copy, median "
           f"(min-max) of {args.runs} runs with the reconciler, and {args.baseline_runs} "
           f"without it (the watcher before it: host failures only), 'never' when nothing "
