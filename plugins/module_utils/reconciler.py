@@ -255,6 +255,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
         if running:
             memory.down_since.pop(vm, None)
             memory.starting_since.pop(vm, None)
+            memory.stranded_since.pop(vm, None)
             if state == "failed" or (state != "migrating" and host not in running):
                 standing[vm] = f"runs on {', '.join(running)}; its record says {state} on {host}"
             continue

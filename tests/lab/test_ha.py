@@ -289,6 +289,7 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     targets = vdm["failover"]["hv1"]
     ha_vms = [names["ha1"], names["ha2"]]
     before = {n: writers(n)[-1] for n in ha_vms}
+    migrations = len(history(lab, "migrated", ha_vms))  # earlier tests' returns home
     yasco_lab("crash", "hv1")
     crashed = time.monotonic()
     wait_for("HA VMs running on their targets",
@@ -326,7 +327,8 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
         runs = writers(name)
         assert runs[-1][0] == last_seq[name][0] and runs[-1][2] > last_seq[name][2], runs
         assert_writers_follow_each_other(name)
-    assert sorted(e["vm"] for e in history(lab, "migrated", ha_vms)) == sorted(ha_vms)
+    assert sorted(e["vm"] for e in history(lab, "migrated", ha_vms)[migrations:]) == sorted(
+        ha_vms)
     assert [e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"]
     assert "host: hv1, rebooted" in watcher_logs(ha)
     # The watchers and the playbooks they ran logged no etcd password.

@@ -364,3 +364,22 @@ def test_a_host_that_went_down_and_came_back_counts_against_none_of_its_vms():
     decide(observed, memory, Policy(), 30.0)
     (step,) = decide(observed, memory, Policy(), 33.0)["steps"]
     assert (step["action"], step["to"]) == ("restart", "hv1")
+
+
+def test_a_vm_evacuated_in_time_leaves_no_overdue_mark_for_its_hosts_next_failure():
+    observed, memory = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory()
+    policy = Policy(evacuation_timeout=60)
+    observed["hosts"]["hv1"] = {}
+    observed["domains"]["hv1"].pop("web")
+    decide(observed, memory, policy, 0.0)
+    started(observed, "web", "hv2", 11)  # evacuated
+    decide(observed, memory, policy, 10.0)
+    observed["hosts"]["hv1"] = {"alive": True}
+    decide(observed, memory, policy, 100.0)
+    # Home again, then hv1 fails once more, long after the first failure.
+    observed["domains"]["hv2"].pop("web")
+    started(observed, "web", "hv1", 12)
+    decide(observed, memory, policy, 500.0)
+    observed["hosts"]["hv1"] = {}
+    observed["domains"]["hv1"].pop("web")
+    assert decide(observed, memory, policy, 501.0)["evacuate"] == []
