@@ -242,8 +242,11 @@ def narrate_return(etcd, vdm: dict, host: str) -> dict[str, dict]:
     clock.say(f"{host}'s agent registered in etcd again")
     fates: dict[str, dict] = {name: {} for name in vdm["home"]}
 
+    told: list[dict] = []
+
     def tell() -> None:
         for event in history.new():
+            told.append(event)
             clock.say(describe(event), at=event["time"])
             if event.get("vm") in fates and event.get("kind") in ("migrated", "started"):
                 fates[event["vm"]]["home"] = clock.since(event["time"])
@@ -257,8 +260,14 @@ def narrate_return(etcd, vdm: dict, host: str) -> dict[str, dict]:
                    for name, home in vdm["home"].items())
 
     wait_until("the return home", all_running_at_home, 300, every=0.3)
-    time.sleep(1)
-    tell()  # what the playbook recorded last
+
+    # The playbook writes its history last, a moment after the VMs are home: wait
+    # until its fence lift, the first thing it did, has been told.
+    def told_the_lift() -> bool:
+        tell()
+        return any(e.get("kind") == "unfenced" and e.get("host") == host for e in told)
+
+    wait_until("the return home's history", told_the_lift, 60, every=0.3)
     for name in movers:
         stamps = [r.timestamp for r in storage.canary_records(name)
                   if r.timestamp >= clock.start]

@@ -417,10 +417,12 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
     # Return home: the copies the partitioned host kept running (its plain VM, fenced
     # with it) are destroyed before its fence is lifted, then started afresh.
     wait_until_home(lab, ha, refuge)
-    stale = {e["vm"] for e in history(lab, "stale-destroyed") if e.get("host") == refuge}
     plain = {n for n in ha["names"].values() if vdm["home"][n] == refuge
              and vdm["vms"][n]["kind"] == "plain"}
-    assert plain <= stale
+    # The return home writes its history last, a moment after the VMs are home.
+    wait_for("the stale copies in the history", lambda: plain <= {
+        e["vm"] for e in history(lab, "stale-destroyed") if e.get("host") == refuge}, 60,
+        every=0.5)
     assert f"host: {refuge}, reconnected without a reboot" in watcher_logs(ha)
     # Started afresh, each writes: the disk lock its killed copy held was broken.
     for n in plain:
