@@ -52,12 +52,6 @@ FAULTS = ("VM killed", "failed start", "clean reboot", "host crash")
 HOSTS = ("hv1", "hv2", "hv3")
 
 
-def qemu_of(name: str) -> int | None:
-    found = subprocess.run(["pgrep", "-f", f"guest={name},"], capture_output=True,
-                           text=True, check=False).stdout.split()
-    return int(found[0]) if len(found) == 1 else None
-
-
 def where_running(name: str) -> str | None:
     for host in HOSTS:
         try:
@@ -97,7 +91,7 @@ def one_run(fault: str, name: str, give_up: float) -> float | None:
     started = time.time()
     try:
         if fault in ("VM killed", "failed start"):
-            os.kill(qemu_of(name), signal.SIGKILL)
+            lab_verbs.kill_qemu(name)
         elif fault == "clean reboot":
             subprocess.run([str(BIN / "yasco-lab"), "reboot", host], check=True,
                            capture_output=True)

@@ -7,6 +7,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -374,16 +375,21 @@ def status() -> dict:
 def ceph_secret(name: str, present: bool) -> None:
     """Remove the host's libvirt secret for Ceph (every VM start there then fails, as
     with a broken hypervisor), or define it again."""
-    with _locked():
-        state = _require_up()
-        host = _check_host(state, name)
-        n = state.node(name)
-        if n is None or not n.alive():
-            raise LabError(f"{name} is down")
+    with _host_verb(name, running=True) as (dummy, host, n):
         if present:
             hypervisor.define_ceph_secret(n, host)
         else:
             n.run("virsh", "-q", "secret-undefine", CEPH_SECRET_UUID, check=False)
+
+
+def kill_qemu(vm: str) -> None:
+    """SIGKILL the QEMU of VM `vm`, on whichever host it runs, as the OOM killer would:
+    the hosts have PID namespaces of their own, all visible from the machine's."""
+    found = subprocess.run(["pgrep", "-f", f"guest={vm},"], capture_output=True, text=True,
+                           check=False).stdout.split()
+    if len(found) != 1:
+        raise LabError(f"{vm}: expected one QEMU process, found {found or 'none'}")
+    os.kill(int(found[0]), signal.SIGKILL)
 
 
 def run_on_host(name: str, *command: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.yasco.cluster.plugins.filter.provisioning import batch_succeeded
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, recovery
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import ha_view
 
@@ -49,8 +50,7 @@ def recovery_checked(plan, sources, disks):
 
 def recovery_outcome(plan, starts):
     """The records and history events of the starts (libvirt_domain's batch)."""
-    started = [item.get("name") for item in (starts or {}).get("results") or []
-               if item and not item.get("failed")]
+    started = batch_succeeded(starts)
     errors = [str(item.get("msg", "")) for item in (starts or {}).get("results") or []
               if item and item.get("failed")]
     if (starts or {}).get("failed") and not errors:

@@ -20,6 +20,7 @@ A VM is started only when all of this holds:
 
 from __future__ import annotations
 
+from difflib import get_close_matches
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys
@@ -40,7 +41,6 @@ def requested_record(vm: str, state: str, vdm: dict[str, Any], cluster: str, by:
     names; `started` deletes the key (it is the default)."""
     known = sorted((vdm or {}).get("vms", {}))
     if vm not in known:
-        from difflib import get_close_matches  # noqa: PLC0415
         near = get_close_matches(str(vm), known, n=1)
         raise RecoveryError(
             f"vm {vm!r} is not in the VDM" + (f"; did you mean {near[0]!r}?" if near else "")
@@ -70,7 +70,7 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
     fenced = sorted({a for h in hosts.values() if h.get("fenced")
                      for a in (h.get("fence") or {}).get("ceph_addrs") or ceph_addrs(h)})
     out: dict[str, Any] = {"start": [], "stop": [], "fail": [], "preempt": [], "stale": [],
-                           "sources": [], "events": []}
+                           "events": []}
     for step in steps:
         action, name = step.get("action"), step.get("vm")
         if action not in ACTIONS:

@@ -10,10 +10,7 @@ fails again during its return is evacuated again."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -129,15 +126,6 @@ def fixture_ha(lab, tmp_path_factory):
         playbook("remove_vm", inventory, vm=name, delete_disk=name)
 
 
-def qemu_of(name: str) -> int:
-    """The process id of the QEMU that runs VM `name`, on whichever lab host it is: the
-    lab's hosts have PID namespaces of their own, all visible from here."""
-    found = subprocess.run(["pgrep", "-f", f"guest={name},"], capture_output=True, text=True,
-                           check=False).stdout.split()
-    assert len(found) == 1, f"{name}: QEMU processes {found}"
-    return int(found[0])
-
-
 def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place(lab, ha):
     """QEMU killed (as by the OOM killer): the watcher's reconciler sees the agent
     unpublish the domain, the dead QEMU's disk lock is broken, and the VM starts
@@ -145,7 +133,7 @@ def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place(lab, ha):
     name = ha["names"]["ha1"]
     (host,) = running(lab)[name]
     last = writers(name)[-1]
-    os.kill(qemu_of(name), signal.SIGKILL)
+    lab_verbs.kill_qemu(name)
     killed = time.monotonic()
     wait_for(f"{name} running again", lambda: running(lab).get(name) == [host], 90,
              every=0.2, check=no_vm_twice(lab))
@@ -171,7 +159,7 @@ def test_an_ha_vm_that_dies_again_is_relocated_and_a_failed_start_tries_the_next
     last = writers(name)[-1]
     lab_verbs.ceph_secret(planned, present=False)
     try:
-        os.kill(qemu_of(name), signal.SIGKILL)
+        lab_verbs.kill_qemu(name)
         wait_for(f"{name} running on {third}", lambda: running(lab).get(name) == [third],
                  EVACUATE, every=0.5, check=no_vm_twice(lab))
     finally:
