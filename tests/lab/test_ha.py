@@ -600,6 +600,13 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
     wait_for("the records to agree with libvirt", lambda: all(
         records(lab).get(n) == {"host": running(lab)[n][0], "state": "running"}
         for n in ha_vms), EVACUATE, every=1, check=no_vm_twice(lab))
+    # The HA VMs may never have left hv2 (the crash came before their migrations), so
+    # wait for the evacuation itself: it fences hv1 and records its plain VM down, which
+    # the next return then starts. A host back before its evacuation runs is not failed.
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        wait_for(f"{host} fenced again", lambda: etcd.get(
+            etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is not None,
+            EVACUATE, every=0.5)
 
     boot_until_registered(lab, host)
     wait_until_home(lab, ha, host)
