@@ -181,6 +181,10 @@ class _NoAnswer(Exception):
     """The request went out but no answer came in time: it may have been applied."""
 
 
+class _Unsure(EtcdError):
+    """A request that may not be repeated got no answer: it may have been applied."""
+
+
 _REACH_ADVICE = "check endpoints (yasco_etcd_endpoints) and that etcd runs there"
 _CA_ADVICE = ("check that ca_cert (yasco_etcd_ca_cert) is the CA that signed etcd's "
               "server certificate and that the certificate names the endpoint's host")
@@ -363,7 +367,8 @@ class EtcdClient:
     Each request goes to the endpoint that last answered; when it cannot be reached,
     to the next, in the order given. A request that was sent but not answered in time
     is retried elsewhere only when repeating it is harmless (reads, plain puts and
-    deletes), never a compare-and-swap or a lease grant. One client per thread.
+    deletes) or guarded (a compare-and-swap, tried once more), never a lease grant.
+    One client per thread.
     """
 
     def __init__(self, endpoints: Sequence[str], *, ca_cert: str | None = None,
@@ -565,7 +570,17 @@ class EtcdClient:
             raise EtcdError(f"{action}: a compare-and-swap needs mod_revision or value_equals")
         payload = {"compare": compare, "success": [operation],
                    "failure": [{"request_range": {"key": _encode(key)}}]}
-        result = self._request(action, "/kv/txn", payload, repeatable=False, lease=lease)
+        try:
+            result = self._request(action, "/kv/txn", payload, repeatable=False, lease=lease)
+        except _Unsure as unsure:
+            # A member that dies with the request in flight: the comparison makes a
+            # second try on another member safe, since etcd applies at most one of the
+            # two. If the second finds the key changed, the first may have changed it.
+            if len(self._members) < 2:
+                raise
+            result = self._request(action, "/kv/txn", payload, repeatable=False, lease=lease)
+            if not result.get("succeeded"):
+                raise unsure from None
         revision = _revision(result)
         if result.get("succeeded"):
             return SwapResult(True, revision)
@@ -683,7 +698,10 @@ class EtcdClient:
                     failures.append(_Failure(member.url, f"no answer within "
                                              f"{_seconds(self.timeout)}", _REACH_ADVICE))
                     continue
-                raise EtcdError(
+                # The next request, a compare-and-swap's second try among them, goes
+                # to the next member.
+                self._current = (index + 1) % count
+                raise _Unsure(
                     f"etcd at {member.url}: no answer to {action} within "
                     f"{_seconds(self.timeout)}; it may or may not have been applied: check "
                     f"that etcd is healthy (etcdctl endpoint health), then read the key "

@@ -254,8 +254,23 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             continue
         if running:
             memory.down_since.pop(vm, None)
-            memory.starting_since.pop(vm, None)
             memory.stranded_since.pop(vm, None)
+            if state == "starting" and running == [host]:
+                # Started where it was claimed, but the run that started it died (or
+                # lost etcd) before recording it: recorded running once that run is
+                # surely over, as an unfinished start is given up.
+                first = memory.starting_since.get(vm)
+                if first is None or first[0] != revision:
+                    first = memory.starting_since[vm] = (revision, now)
+                if now < first[1] + policy.start_timeout:
+                    wake.append(first[1] + policy.start_timeout)
+                else:
+                    steps.append(_step(
+                        "confirm", vm, record, revision, host=host, hosts=running,
+                        reason=f"runs on {host}, where its start was claimed, unrecorded "
+                               f"after {policy.start_timeout:g} s"))
+                continue
+            memory.starting_since.pop(vm, None)
             if state == "failed" or (state != "migrating" and host not in running):
                 standing[vm] = f"runs on {', '.join(running)}; its record says {state} on {host}"
             continue

@@ -28,7 +28,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     ceph_addrs, images_of, preempt_step)
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import REQUESTED_STATES
 
-ACTIONS = ("restart", "relocate", "stop", "fail")
+ACTIONS = ("restart", "relocate", "stop", "fail", "confirm")
 
 
 class RecoveryError(Exception):
@@ -70,7 +70,7 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
     fenced = sorted({a for h in hosts.values() if h.get("fenced")
                      for a in (h.get("fence") or {}).get("ceph_addrs") or ceph_addrs(h)})
     out: dict[str, Any] = {"start": [], "stop": [], "fail": [], "preempt": [], "stale": [],
-                           "events": []}
+                           "confirm": [], "events": []}
     for step in steps:
         action, name = step.get("action"), step.get("vm")
         if action not in ACTIONS:
@@ -94,6 +94,11 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                 "record": {"key": key, "value": {"host": record.get("host"),
                                                  "state": "stopped"}, "if_value": record}})
             out["events"].append({**event, "kind": "stopped"})
+        elif action == "confirm":
+            out["confirm"].append({"vm": name, "record": {
+                "key": key, "if_value": record,
+                "value": {"host": record.get("host"), "state": "running"}}})
+            out["events"].append({**event, "kind": "confirmed"})
         elif action == "fail":
             out["fail"].append({"vm": name, "record": {
                 "key": key, "if_value": record,

@@ -25,6 +25,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -76,6 +77,46 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class CuttableLink:
+    """A TCP link to a real etcd member that a test can cut one way, as a member
+    whose host dies with requests in flight: with `requests` off, what the client
+    sends never reaches etcd; with `replies` off, etcd applies it but the answer
+    never comes back. Either way the client's connection stays open, unanswered."""
+
+    def __init__(self, url: str) -> None:
+        self.upstream = (url.rsplit(":", 1)[0].split("//")[-1], int(url.rsplit(":", 1)[1]))
+        self.requests = self.replies = True
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, dummy = self.listener.accept()
+            except OSError:
+                return  # closed
+            server = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pump, args=(client, server, "requests"),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, "replies"),
+                             daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, way: str) -> None:
+        try:
+            while data := source.recv(65536):
+                if getattr(self, way):
+                    sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
 
 
 def wait_for(condition, seconds: float) -> bool:

@@ -17,7 +17,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     CONNECTION_OPTIONS, EtcdClient, EtcdError, connect)
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import ETCD_ARGUMENT_SPEC
 
-from .conftest import closed_port_url, wait_for
+from .conftest import CuttableLink, closed_port_url, wait_for
 
 
 # -- keys ---------------------------------------------------------------------------
@@ -199,6 +199,42 @@ def test_a_process_holding_over_1024_descriptors_still_picks_its_member(etcd, pr
     finally:
         for descriptor in held:
             os.close(descriptor)
+
+
+@pytest.fixture(name="linked")
+def fixture_linked(etcd, prefix):
+    """A client whose member is reached through a link a test can cut, the member
+    after it reached directly, and a key `a` written through the link."""
+    link = CuttableLink(etcd.url)
+    try:
+        client = EtcdClient([link.url, etcd.url], timeout=2)
+        client.put(f"{prefix}k", "a")
+        assert client.endpoint == link.url
+        yield link, client
+    finally:
+        link.close()
+
+
+def test_a_swap_sent_to_a_member_that_dies_is_tried_once_more_on_the_next(
+        etcd, prefix, linked):
+    """Its member died with the request unsent: the second try applies it once."""
+    link, client = linked
+    link.requests = False
+    assert client.put_if(f"{prefix}k", "b", value_equals="a").succeeded
+    assert client.endpoint == etcd.url and client.get(f"{prefix}k").value == "b"
+
+
+def test_a_swap_its_dying_member_applied_is_reported_as_maybe_applied(prefix, linked):
+    """Applied, but the answer was lost: the second try's comparison fails, and the
+    caller is told it may have been applied, never that it failed."""
+    link, client = linked
+    link.replies = False
+    with pytest.raises(EtcdError) as failure:
+        client.put_if(f"{prefix}k", "b", value_equals="a")
+    assert str(failure.value).startswith(
+        f"etcd at {link.url}: no answer to write {prefix}k within 2 s; it may or may not "
+        "have been applied")
+    assert client.get(f"{prefix}k").value == "b"
 
 
 def test_when_every_endpoint_is_down_each_is_named():

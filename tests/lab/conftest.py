@@ -43,6 +43,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("teardown") is not None)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item):
+    """Each phase's report on its test (`item.rep_call`...), for fixtures that restore
+    the lab after a test that failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 def yasco_lab(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess[str]:
     """Run the `yasco-lab` command as an operator would."""
     result = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300,

@@ -113,17 +113,47 @@ def fixture_ha(lab, tmp_path_factory):
            "vdm": vdm_of(inventory)}
     for proc in watchers:
         stop_watcher(proc)
-    for host in lab_verbs.status()["hosts"]:
-        if host["state"] == "partitioned":
-            yasco_lab("heal", host["name"])
-        elif host["state"] == "crashed":
-            yasco_lab("boot", host["name"])
+    restore(lab, inventory)
     for host in lab["hosts"]:
         unfence(inventory, host["address"])
     with etcd_client(lab["etcd_endpoints"]) as etcd:
         etcd.delete_prefix(etcd_keys.fences_prefix(cluster=layout.CLUSTER_NAME))
     for name in names.values():
         playbook("remove_vm", inventory, vm=name, delete_disk=name)
+
+
+def restore(lab, inventory: Path) -> None:
+    """Every host up and connected, none drained, HA armed: what a test that failed
+    half-way may have left otherwise, which would fail every test after it."""
+    for host in lab_verbs.status()["hosts"]:
+        if host["state"] == "partitioned":
+            yasco_lab("heal", host["name"])
+        elif host["state"] == "crashed":
+            yasco_lab("boot", host["name"])
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        drained = [h["name"] for h in lab["hosts"] if (etcd.get_json(etcd_keys.maintenance_key(
+            h["name"], cluster=layout.CLUSTER_NAME)) or {}).get("by") == "drain"]
+        disarmed = etcd.get(etcd_keys.disarmed_key(cluster=layout.CLUSTER_NAME)) is not None
+    for host in drained:
+        playbook("undrain", inventory, yasco_host=host)
+    if disarmed:
+        playbook("disarm", inventory, yasco_ha_disarmed=False)
+
+
+@pytest.fixture(autouse=True)
+def restored_after_a_failure(request, lab, ha):
+    """After a test that failed: the cluster restored, a watcher running, and every VM
+    home, so that the tests after it start from what they expect."""
+    yield
+    report = getattr(request.node, "rep_call", None)
+    if report is None or not report.failed:
+        return
+    restore(lab, ha["inventory"])
+    if all(proc.poll() is not None for proc in ha["watchers"]):
+        ha["watchers"][:] = [start_watcher(ha["inventory"], ha["scratch"] / "watcher9.log")]
+    for host in ("hv1", "hv2"):
+        playbook("return_home", ha["inventory"], yasco_host=host)
+    wait_until_home(lab, ha, "hv1")
 
 
 def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place(lab, ha):
@@ -317,8 +347,10 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
         assert_writers_follow_each_other(name)
     assert sorted(e["vm"] for e in history(lab, "migrated", ha_vms)[migrations:]) == sorted(
         ha_vms)
-    assert [e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"]
-    assert "host: hv1, rebooted" in watcher_logs(ha)
+    # The return home writes its history and its report last, after the VMs are home.
+    wait_for("hv1 unfenced in the history", lambda: [
+        e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"], 60, every=0.5)
+    wait_for_log(ha, "host: hv1, rebooted")
     # The watchers and the playbooks they ran logged no etcd password.
     passwords = credentials.etcd_passwords().values()
     assert passwords and not [p for p in passwords if p in watcher_logs(ha)]
@@ -326,6 +358,24 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
 
 def watcher_logs(ha) -> str:
     return "".join(p.read_text(errors="replace") for p in ha["scratch"].glob("watcher*.log"))
+
+
+def wait_for_log(ha, text: str) -> None:
+    """Wait for the watchers' logs to say `text`: a playbook's report comes at its end."""
+    wait_for(f"the watchers' logs to say {text!r}", lambda: text in watcher_logs(ha), 60,
+             every=0.5)
+
+
+def writing_now(names) -> dict[str, tuple[str, int, int]]:
+    """Each VM's copy that is writing now, once it has written again: a copy just
+    started may not have written yet, and its disk's last writer is the copy before."""
+    seen = {n: writers(n)[-1] for n in names}
+
+    def written() -> dict | None:
+        now = {n: writers(n)[-1] for n in names}
+        return now if all(now[n][2] > seen[n][2] for n in names) else None
+
+    return wait_for(f"{sorted(names)} writing", written, BOOT, every=1)
 
 
 def wait_until_home(lab, ha, host: str) -> None:
@@ -411,7 +461,7 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
     wait_for("the stale copies in the history", lambda: plain <= {
         e["vm"] for e in history(lab, "stale-destroyed") if e.get("host") == refuge}, 60,
         every=0.5)
-    assert f"host: {refuge}, reconnected without a reboot" in watcher_logs(ha)
+    wait_for_log(ha, f"host: {refuge}, reconnected without a reboot")
     # Started afresh, each writes: the disk lock its killed copy held was broken.
     for n in plain:
         last = writers(n)[-1]
@@ -450,7 +500,7 @@ def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_ba
     names, vdm, host = ha["names"], ha["vdm"], "hv1"
     wait_until_home(lab, ha, host)
     homed = [n for n in names.values() if vdm["home"][n] == host]
-    last = {n: writers(n)[-1] for n in homed}
+    last = writing_now(homed)  # the plain VM started afresh by the last return home
     fences = len(history(lab, "fenced"))
     rc, results = playbook("drain", ha["inventory"], yasco_host=host)
     assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
@@ -510,7 +560,7 @@ def test_a_partition_while_frozen_destroys_nothing_and_rearming_waits_for_the_ho
     names, host = ha["names"], "hv1"
     wait_until_home(lab, ha, host)
     ha_vms = [names["ha1"], names["ha2"]]
-    last = {n: writers(n)[-1] for n in ha_vms}
+    last = writing_now(ha_vms)
     self_fences, fences = len(history(lab, "self-fenced")), len(history(lab, "fenced"))
     rc, dummy = playbook("disarm", ha["inventory"], yasco_disarm_mode="freeze",
                          yasco_disarm_reason="network work")

@@ -130,6 +130,29 @@ def test_a_start_that_never_finishes_goes_to_the_next_host():
     assert "did not finish" in step["reason"]
 
 
+def test_a_vm_started_but_never_recorded_running_is_recorded_as_it_runs():
+    """The run that started it lost etcd before recording it: the record says starting
+    on the host where the VM runs. Left to that run for the start timeout, then
+    recorded running, on the record it was decided on; a new claim starts the clock
+    again."""
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    dies(observed, "web")
+    observed["records"]["web"] = ({"host": "hv2", "state": "starting", "from": "hv1"}, 20)
+    observed["domains"]["hv2"]["web"] = "running"
+    first = decide(observed, memory, policy, 0.0)
+    assert first["steps"] == [] and first["wake"] == policy.start_timeout
+    observed["records"]["web"] = ({"host": "hv2", "state": "starting", "from": "hv1"}, 21)
+    assert decide(observed, memory, policy, policy.start_timeout)["steps"] == []
+    (step,) = decide(observed, memory, policy, 1 + 2 * policy.start_timeout)["steps"]
+    assert (step["action"], step["from"], step["revision"]) == ("confirm", "hv2", 21)
+    assert "unrecorded after" in step["reason"]
+    # Running somewhere else than claimed is not the claimed start: left for a human.
+    observed["domains"]["hv2"].pop("web")
+    observed["domains"]["hv3"]["web"] = "running"
+    assert decide(observed, Memory(), policy, 0.0)["steps"] == []
+    assert decide(observed, Memory(), policy, 1e6)["steps"] == []
+
+
 def test_a_failed_start_recorded_down_tries_the_next_host_at_once():
     observed, memory, policy = cluster(web=("ha", "hv1", ["hv2", "hv3"], 1024)), Memory(), Policy()
     dies(observed, "web")

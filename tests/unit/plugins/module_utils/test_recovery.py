@@ -93,6 +93,18 @@ def test_stop_and_fail_steps_record_their_state():
                                                   "reason": "no room"}
 
 
+def test_a_confirm_step_records_running_what_runs_where_its_start_was_claimed():
+    starting = {"host": "hv2", "state": "starting", "from": "hv1"}
+    step = {"action": "confirm", "vm": "web", "from": "hv2", "to": None, "hosts": ["hv2"],
+            "record": starting, "reason": "runs on hv2, where its start was claimed"}
+    done = recovery.plan([step], status(alive=("hv1", "hv2", "hv3"), records={
+        "web": starting, "db": RUNNING}, running={"web": ["hv2"]}), ITEMS, "c1")
+    assert done["confirm"] == [{"vm": "web", "record": {
+        "key": "/yasco/c1/vms/web", "if_value": starting,
+        "value": {"host": "hv2", "state": "running"}}}]
+    assert done["start"] == [] and [e["kind"] for e in done["events"]] == ["confirmed"]
+
+
 def test_bad_input_names_the_vm_the_state_and_what_is_allowed():
     with pytest.raises(recovery.RecoveryError, match="did you mean 'web'"):
         recovery.requested_record("wbe", "stopped", VDM, "yasco", "me", "", "")
