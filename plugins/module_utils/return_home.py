@@ -75,13 +75,17 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                    if h != host or name not in stale_names]
         if len(running) == 1:
             current[name] = running[0]
+    # The plain VMs to start at home: recorded down with the host, or still recorded
+    # running there though they run nowhere (shut down with it by a clean stop, or the
+    # host was back before its failure was acted on); never one requested stopped.
     autostart = []
     for name, vm in sorted(vms.items()):
         record = vm.get("record") or {}
         item = by_name.get(name)
         if (item and item.get("autostart_on_home") and vdm["home"].get(name) == host
                 and name not in current and record.get("host") == host
-                and record.get("state") == "down"):
+                and record.get("state") in ("down", "running")
+                and vm.get("requested") in (None, "started")):
             autostart.append(_start(name, item["domain"], here["uri"], host, record,
                                     cluster))
             current[name] = host

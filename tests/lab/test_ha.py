@@ -265,6 +265,9 @@ def test_a_clean_reboot_keeps_the_hosts_ha_vms_and_starts_them_there_again(lab, 
     agent_log = hypervisor.agent_log_path(next(
         h for h in LabState.load().layouts() if h.name == "hv1")).read_text(errors="replace")
     assert "stopped (host rebooting, shutdown_policy conditional)" in agent_log
+    # Its plain VM went down with it, still recorded running: started at home by the
+    # return home once hv1 has stayed up.
+    wait_until_plain_home(lab, ha)
 
 
 def test_a_clean_poweroff_fails_the_ha_vms_over_at_once_and_they_return_after_boot(lab, ha):
@@ -300,6 +303,17 @@ def test_a_clean_poweroff_fails_the_ha_vms_over_at_once_and_they_return_after_bo
         check=no_vm_twice(lab))
     wait_for("the preemptible VM running again",
              lambda: running(lab).get(names["batch"]) == ["hv2"], EVACUATE, every=1)
+    wait_until_plain_home(lab, ha)
+
+
+def wait_until_plain_home(lab, ha) -> None:
+    """hv1's plain VM runs at home and writes, recorded running there, after a clean
+    stop of hv1 that left its record saying running."""
+    plain = ha["names"]["plain"]
+    wait_for(f"{plain} running on hv1 again", lambda: running(lab).get(plain) == ["hv1"]
+             and records(lab).get(plain) == {"host": "hv1", "state": "running"}, EVACUATE,
+             every=1, check=no_vm_twice(lab))
+    writing_now([plain])
 
 
 def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha):

@@ -156,6 +156,19 @@ def test_a_host_that_never_failed_has_nothing_to_do():
             done["restart"]) == ([], None, [], [], [])
 
 
+def test_a_plain_vm_still_recorded_running_but_running_nowhere_starts_at_home():
+    """Shut down with its host by a clean stop, or the host was back before its
+    failure was acted on: nothing recorded it down. Not one requested stopped."""
+    at_home = {n: ({"host": h, "state": "running"}, [h]) for n, h in VDM["home"].items()}
+    gone = {**at_home, "plain": ({"host": "hv1", "state": "running"}, [])}
+    done = plan(status(gone, fence=None), VDM, ITEMS, "hv1", "c1")
+    assert [(s["vm"], s["record"]["if_value"]) for s in done["autostart"]] == [
+        ("plain", {"host": "hv1", "state": "running"})]
+    asked_off = status(gone, fence=None)
+    next(v for v in asked_off["vms"] if v["name"] == "plain")["requested"] = "stopped"
+    assert plan(asked_off, VDM, ITEMS, "hv1")["autostart"] == []
+
+
 def test_a_failed_move_is_recorded_where_libvirt_runs_the_vm():
     done = plan(status(), VDM, ITEMS, "hv1")
     moves = {m["vm"]: m for wave in done["waves"] for m in wave}
