@@ -7,7 +7,7 @@ setup:
 	@scripts/bootstrap
 
 test: setup
-	.venv/bin/pytest
+	@scripts/test
 
 demo: setup
 	@scripts/demo

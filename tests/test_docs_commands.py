@@ -72,6 +72,10 @@ COVERAGE = [
             r"etcd_access",
             ("tests/playbooks/test_etcd_access.py::test_it_prints_the_roles_and_users_for_the_inventorys_hypervisors",
              "tests/lab/test_security.py::test_every_user_reads_the_cluster_and_nothing_else")),
+    Covered(PLAYBOOK + r"etcd_maintenance\.yml -e yasco_etcd_quota_bytes=\d+",
+            r'"etcd_maintenance\.yml"',
+            ("tests/etcd/test_etcd_housekeeping.py::test_a_full_etcd_keeps_the_agents_lease_ends_none_and_the_watcher_reports_it",  # noqa: E501 - a test's node id
+             "tests/etcd/test_etcd_housekeeping.py::test_a_second_run_on_a_quiet_etcd_changes_nothing")),  # noqa: E501 - a test's node id
     Covered(PLAYBOOK + r"plan\.yml( \[--check --diff\])?", r'"plan\.yml"',
             ("tests/playbooks/test_plan.py::test_plan_writes_a_valid_map_and_a_second_run_changes_nothing",
              "tests/playbooks/test_plan.py::test_check_mode_shows_the_diff_and_writes_nothing")),

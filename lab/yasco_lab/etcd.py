@@ -29,6 +29,20 @@ ETCDCTL = "/usr/bin/etcdctl"
 HEARTBEAT_MS = 100
 ELECTION_TIMEOUT_MS = 1000
 
+# Housekeeping, as docs/production.md sets it: the agents rewrite their liveness keys
+# twice a second, and etcd keeps every revision until it is compacted. History older
+# than five minutes goes (a watcher that was cut off for longer reads everything
+# again), and the quota, etcd's default, is written out to be seen.
+COMPACTION_RETENTION = "5m"
+QUOTA_BYTES = 2 * 1024 ** 3
+
+
+def housekeeping_flags(retention: str = COMPACTION_RETENTION,
+                       quota_bytes: int = QUOTA_BYTES) -> list[str]:
+    """The etcd flags that keep its database bounded."""
+    return ["--auto-compaction-mode", "periodic", "--auto-compaction-retention", retention,
+            "--quota-backend-bytes", str(quota_bytes)]
+
 
 def member_command(host: HostLayout, cluster: list[HostLayout]) -> list[str]:
     """The etcd command line of `host`'s member. On a restart with existing data, etcd
@@ -54,6 +68,7 @@ def member_command(host: HostLayout, cluster: list[HostLayout]) -> list[str]:
         "--client-cert-auth", "--trusted-ca-file", ca,
         "--peer-cert-file", str(member.cert), "--peer-key-file", str(member.key),
         "--peer-client-cert-auth", "--peer-trusted-ca-file", ca,
+        *housekeeping_flags(),
     ]
 
 

@@ -71,6 +71,11 @@ _DENIED = "permission denied"
 # name while authentication is on: it would not be used as the user.
 _CN_REFUSED = "CommonName of client sending a request against gateway"
 _NO_LEASE = "requested lease not found"
+_NO_SPACE = "mvcc: database space exceeded"
+_COMPACTED = "mvcc: required revision has been compacted"
+# What to do about NOSPACE, where it is reported.
+NO_SPACE_ADVICE = ("free space and disarm the alarm: playbooks/etcd_maintenance.yml "
+                   "(docs/production.md, etcd housekeeping)")
 
 
 class EtcdError(Exception):
@@ -85,6 +90,12 @@ class EtcdError(Exception):
 
 class _LeaseGone(EtcdError):
     """The lease named by a request does not exist (revoking it then is no failure)."""
+
+
+class NoSpace(EtcdError):
+    """etcd refused a write because its database reached its quota: the NOSPACE alarm
+    is raised, and until an operator frees space and disarms it etcd refuses every
+    write and new lease, while reads, deletes and lease renewals go on."""
 
 
 class Compacted(EtcdError):
@@ -632,6 +643,57 @@ class EtcdClient:
         ttl = int((result.get("result") or {}).get("TTL", 0))
         return ttl if ttl > 0 else None
 
+    # -- maintenance ----------------------------------------------------------------
+
+    def alarms(self) -> list[dict[str, str]]:
+        """The alarms raised in the cluster, each {"member": its id in hex, "alarm":
+        "NOSPACE" or "CORRUPT"}; none on a healthy cluster."""
+        result = self._request("read the alarms", "/maintenance/alarm", {"action": "GET"},
+                               repeatable=True)
+        return [{"member": f"{int(alarm.get('memberID', 0)):x}",
+                 "alarm": str(alarm.get("alarm", "NONE"))}
+                for alarm in result.get("alarms") or []]
+
+    def disarm(self, alarm: dict[str, str]) -> None:
+        """Disarm one alarm that `alarms()` listed. etcd raises NOSPACE again at the
+        next write if its database is still over its quota."""
+        self._request(f"disarm {alarm['alarm']} of member {alarm['member']}",
+                      "/maintenance/alarm",
+                      {"action": "DEACTIVATE", "memberID": str(int(alarm["member"], 16)),
+                       "alarm": alarm["alarm"]}, repeatable=True)
+
+    def status(self) -> dict[str, int | str]:
+        """The status of the member this client talks to (`endpoint`): its id, the
+        size of its database file and how much of it holds data, and the store's
+        revision."""
+        result = self._request("read the member's status", "/maintenance/status", {},
+                               repeatable=True)
+        header = result.get("header") or {}
+        return {"member": f"{int(header.get('member_id', 0)):x}",
+                "db_size": int(result.get("dbSize", 0)),
+                "db_size_in_use": int(result.get("dbSizeInUse", 0)),
+                "revision": int(header.get("revision", 0))}
+
+    def compact(self, revision: int) -> bool:
+        """Discard every revision before `revision` on every member: keys' current
+        values stay, their history goes. The space is reused, not given back to the
+        file system: `defragment()` does that. False when the history was compacted
+        that far already (by etcd's own compactor, another run)."""
+        try:
+            self._request(f"compact to revision {revision}", "/kv/compaction",
+                          {"revision": str(revision), "physical": True}, repeatable=True)
+        except EtcdError as err:
+            if _COMPACTED not in str(err):
+                raise
+            return False
+        return True
+
+    def defragment(self) -> None:
+        """Rewrite the database file of the member this client talks to (`endpoint`),
+        giving its free space back. That member answers nothing while it runs: do one
+        member at a time."""
+        self._request("defragment", "/maintenance/defragment", {}, repeatable=False)
+
     # -- requests -----------------------------------------------------------------
 
     def _pick_member(self) -> None:
@@ -795,7 +857,10 @@ class EtcdClient:
         if text.startswith(_NO_USER) or (text.startswith(_BAD_TOKEN) and not self.username):
             return EtcdError(f"etcd at {member.url} requires authentication: set "
                              f"{_CREDENTIALS}")
-        if text.startswith(_DENIED):
+        if text.startswith(_NO_SPACE):
+            return NoSpace(f"etcd at {member.url}: {action} refused: the database is full "
+                           f"(alarm NOSPACE): {NO_SPACE_ADVICE}")
+        if text.startswith((_DENIED, f"auth: {_DENIED}")):
             who = f"user {self.username!r}" if self.username else "this client"
             return EtcdError(f"etcd at {member.url}: {who} may not {action}: permission "
                              f"denied: grant the user a role that allows it "

@@ -10,10 +10,16 @@ sent. etcd's leader received it at or after t, so the lease cannot expire before
 t + TTL (a new leader only ever extends leases). The fencer destroys every HA domain
 at t + TTL - margin unless a later keepalive succeeded, so once the HA watcher can
 see the lease gone, the HA domains here are already dead: no VM runs twice.
+An agent that starts (or restarts) counts from its start until it registers: its
+earlier run's lease, renewed at the latest just before, may still stand, with HA
+domains running under it.
 Each keepalive also rewrites the liveness key, and counts only once that succeeded
 too: the watcher, which sees each rewrite at or after t, may then end a lease whose
 key is older than TTL (a new etcd leader renews every lease on election, which
 would hide a dead host for seconds), the HA domains here being dead by then too.
+The one exception is a full etcd (alarm NOSPACE), which refuses the rewrite but
+renews leases: the keepalive counts alone, and the watcher ends no lease while the
+alarm stands, so a full database stops changes but destroys no VM.
 
 Three threads, each with its own connections, so that none waits on another:
 - heartbeat: grants the lease, registers the liveness key, renews every TTL/3, and
@@ -41,7 +47,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    EtcdClient, EtcdError, json_or_none, to_json)
+    EtcdClient, EtcdError, NoSpace, json_or_none, to_json)
 
 VERSION = "0.2.0"
 LOG = logging.getLogger("yasco-agent")
@@ -205,7 +211,10 @@ class Agent:
         self.wake_publisher = threading.Event()
         self.lock = threading.Lock()
         self.lease = 0
-        self.last_ok = 0.0
+        # Until the first registration, the deadline counts from the start: an earlier
+        # run's lease may still stand, renewed at the latest just before it.
+        self.last_ok = clock()
+        self.unregistered = True
         self.disconnected = False
         self.fences: list[dict[str, Any]] = []  # self-fences not yet in the history
         self.given_up = 0  # the lease of the last self-fence, until it is surely gone
@@ -214,6 +223,7 @@ class Agent:
         # start this host's HA VMs elsewhere, so losing etcd destroys none of them.
         self.frozen = False
         self.flag_read = 0.0
+        self.no_space = False  # etcd's last answer to the rewrite: its database is full
 
     def _client(self) -> EtcdClient:
         c = self.config
@@ -239,6 +249,7 @@ class Agent:
         etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease.id)
         with self.lock:
             self.lease, self.last_ok, self.disconnected = lease.id, sent, False
+            self.unregistered = False
         LOG.info("registered %s under lease %x", self.keys["alive"], lease.id)
         # What fencing needs once the liveness key is gone: kept, not lease-bound.
         facts = {k: v for k, v in self._alive_value().items()
@@ -282,8 +293,8 @@ class Agent:
                     continue
                 else:
                     # The rewrite the watcher times (see the module's docstring): the
-                    # deadline moves only once it has succeeded.
-                    etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease)
+                    # deadline moves only once it has succeeded, or etcd is full.
+                    self._rewrite_alive(etcd, lease)
                     with self.lock:
                         if self.lease == lease:
                             self.last_ok = max(self.last_ok, sent)
@@ -302,6 +313,25 @@ class Agent:
                 continue
             self.stopping.wait(max(0.0, sent + interval - self.clock()))
         etcd.close()
+
+    def _rewrite_alive(self, etcd: EtcdClient, lease: int) -> None:
+        """Rewrite the liveness key after a keepalive that succeeded. A database at its
+        quota (NOSPACE) refuses the write but renewed the lease all the same, which is
+        what the self-fence's safety rests on; the watcher ends no lease for a key it
+        sees unwritten while the alarm stands. A full etcd then leaves every VM
+        running, instead of every agent destroying its HA VMs at once."""
+        try:
+            etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease)
+        except NoSpace as err:
+            if not self.no_space:
+                LOG.critical("etcd is FULL: %s; the lease is still renewed, so this host's "
+                             "HA VMs keep running, but no VM can be started or moved "
+                             "until it is fixed", err)
+            self.no_space = True
+            return
+        if self.no_space:
+            LOG.warning("etcd accepts writes again: liveness key rewritten")
+        self.no_space = False
 
     def read_disarm_flag(self, etcd: EtcdClient) -> None:
         """Whether HA is disarmed in freeze mode, as etcd says now."""
@@ -345,7 +375,7 @@ class Agent:
         conn = None
         while not self.stopping.is_set():
             with self.lock:
-                due = self.lease and self.clock() >= \
+                due = (self.lease or self.unregistered) and self.clock() >= \
                     self.last_ok + self.config.ttl - self.config.margin
                 enforce = self.disconnected
                 if due and self.frozen and not enforce:
@@ -385,6 +415,7 @@ class Agent:
                 self.fences.append({"at": done, "destroyed": destroyed})
             if first:
                 self.given_up, self.lease, self.disconnected = self.lease, 0, True
+                self.unregistered = False
 
     # -- domains ------------------------------------------------------------------
 

@@ -37,10 +37,13 @@ NAMESPACES_BEFORE_LAB: set[str] = set()
 def pytest_configure(config: pytest.Config) -> None:
     NAMESPACES_BEFORE_LAB.update(network_namespaces())
     config.addinivalue_line("markers", "teardown: takes the lab down; runs after every other test")
+    config.addinivalue_line("markers", "own_lab: brings up a lab of its own and takes it down; "
+                            "runs before the session's lab is up")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.get_closest_marker("teardown") is not None)
+    items.sort(key=lambda item: (item.get_closest_marker("own_lab") is None,
+                                 item.get_closest_marker("teardown") is not None))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -127,6 +127,21 @@ def start_watcher(inventory: Path, log: Path) -> subprocess.Popen:
                             env={**os.environ, "INV": str(inventory)})
 
 
+def wait_until_one_leads(lab: dict, watchers: list[subprocess.Popen]) -> None:
+    """Until one of `watchers` holds the watchers' leader key, which names it by host
+    and process id (scripts/watch execs ansible-rulebook), and every one runs."""
+    key = etcd_keys.watchers_leader_key(cluster=layout.CLUSTER_NAME)
+    ours = tuple(f"-{proc.pid}" for proc in watchers)
+
+    def leading() -> bool:
+        assert all(proc.poll() is None for proc in watchers), "a watcher exited"
+        with etcd_client(lab["etcd_endpoints"]) as etcd:
+            leader = etcd.get_json(key) or {}
+        return str(leader.get("watcher", "")).endswith(ours)
+
+    wait_for("one of the watchers to lead", leading, 60, every=0.5)
+
+
 def stop_watcher(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

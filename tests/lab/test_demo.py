@@ -19,14 +19,17 @@ from yasco_lab.errors import LabError
 
 from ..ansible_run import ROOT
 from .lab_cluster import records
-from .conftest import yasco_lab
 
 SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Crash", "Boot", "Summary", "Report"]
 
+# First of all (conftest.py): the demo replaces any lab, and the session's comes up
+# after it, fresh.
+pytestmark = pytest.mark.own_lab
+
 
 @pytest.fixture(name="demo", scope="module")
-def fixture_demo(lab):
-    """The demo's output; the lab put back as the other tests had it afterwards."""
+def fixture_demo():
+    """The demo's output; its lab is taken down afterwards."""
     done = subprocess.run([str(ROOT / "scripts" / "demo")], cwd=ROOT, capture_output=True,
                           text=True, timeout=900, check=False)
     yield done
@@ -34,7 +37,6 @@ def fixture_demo(lab):
         lab_verbs.down(log=lambda _: None)
     except LabError:
         pass
-    yasco_lab("up")
 
 
 def test_the_demo_tells_each_step_in_order(demo):
@@ -60,8 +62,9 @@ def test_each_ha_vm_of_the_crashed_host_runs_writes_and_comes_back(demo):
     assert f"{crashed}'s fence lifted" in demo.stdout
 
 
-def test_the_lab_stays_up_with_every_vm_at_home_and_no_watcher_left(demo, lab):
-    assert lab_verbs.status()["up"]
+def test_the_lab_stays_up_with_every_vm_at_home_and_no_watcher_left(demo):
+    lab = lab_verbs.status()  # the demo's: the session's is not up yet
+    assert lab["up"]
     stored = records(lab)
     assert {name: stored[name]["state"] for name in VMS} == {name: "running" for name in VMS}
     watchers = subprocess.run(["pgrep", "-f", "ansible-rulebook"], capture_output=True,

@@ -29,7 +29,8 @@ from yasco_lab.lab import LabState
 from ..ansible_run import local_play, run_playbook
 from .conftest import yasco_lab
 from .lab_cluster import (etcd_leader, history, make_inventory, playbook, records, running,
-                          start_watcher, stop_watcher, vdm_of, wait_for, writers)
+                          start_watcher, stop_watcher, vdm_of, wait_for, wait_until_one_leads,
+                          writers)
 
 BOOT = 180  # seconds for canary guests to boot under TCG on a loaded 2-core machine
 EVACUATE = 120  # seconds from a failure to every HA VM running again, generously
@@ -105,7 +106,7 @@ def fixture_ha(lab, tmp_path_factory):
         wait_for(f"{name} writing", lambda n=name: len(storage.canary_records(n)) >= 3, BOOT,
                  every=1)
     watchers = [start_watcher(inventory, scratch / f"watcher{i}.log") for i in (1, 2)]
-    time.sleep(8)  # both up, one leading
+    wait_until_one_leads(lab, watchers)
     for index, proc in enumerate(watchers, start=1):
         log = (scratch / f"watcher{index}.log").read_text(errors="replace")
         assert proc.poll() is None, f"watcher {index} exited:\n{log[-3000:]}"
@@ -631,7 +632,7 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
     settings.write_text(yaml.safe_dump({**yaml.safe_load(settings.read_text()),
                                         "yasco_return_hold_down": FLAP_HOLD_DOWN}))
     ha["watchers"][:] = [start_watcher(slow, ha["scratch"] / "watcher4.log")]
-    time.sleep(8)  # leading
+    wait_until_one_leads(lab, ha["watchers"])
     ha_vms, targets = [names["ha1"], names["ha2"]], vdm["failover"][host]
     yasco_lab("crash", host)
     wait_for("HA VMs running on their targets",

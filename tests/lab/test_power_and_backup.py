@@ -26,7 +26,7 @@ from yasco_lab.hypervisor import AGENT_TTL
 
 from ..ansible_run import BIN, ROOT, local_play, run_playbook
 from .lab_cluster import (history, make_inventory, playbook, records, running, start_watcher,
-                          stop_watcher, wait_for, writers)
+                          stop_watcher, wait_for, wait_until_one_leads, writers)
 
 BOOT = 180  # seconds for canary guests to boot under TCG on a loaded 2-core machine
 DEADLINE = 40  # the emergency shutdown's, in seconds: four tiers of guests that ignore ACPI
@@ -118,7 +118,7 @@ def test_an_emergency_shutdown_evacuates_nothing_and_a_cold_start_brings_all_hom
     names, inventory, scratch = day2["names"], day2["inventory"], day2["scratch"]
     order = [names["batch"], names["plain"], names["lo"], names["hi"]]  # lowest tier first
     day2["watcher"] = start_watcher(inventory, scratch / "watcher.log")
-    time.sleep(8)  # up and leading
+    wait_until_one_leads(lab, [day2["watcher"]])
     # Nothing fenced, started, drained or moved: neither evacuated nor "rescued".
     untouched = ("fenced", "started", "drained", "migrated", "preempted")
     before = {kind: len(history(lab, kind)) for kind in untouched}

@@ -68,8 +68,14 @@ description:
     failed or did not finish goes to the next host; VMs left down because more hosts
     failed than planned start when a host has room. A failed host stays the
     evacuation's (C(host_down)).
+  - When etcd raises or clears an alarm (C(NOSPACE): its database reached its quota;
+    C(CORRUPT)), it emits C(etcd_alarm) with C(alarms) (each C(member) and C(alarm))
+    and C(raised). While an alarm stands etcd refuses every write but still renews
+    leases; agents then keep their leases without rewriting their keys, and no lease
+    is ended for a key that was not rewritten.
   - Each event is C({"yasco": {...}}) with C(type) (C(host_down), C(host_up),
-    C(host_stable), C(maintenance) or C(vm_recover)), C(hosts) (the hosts it is about),
+    C(host_stable), C(maintenance), C(vm_recover) or C(etcd_alarm)), C(hosts) (the
+    hosts it is about, none for C(etcd_alarm)),
     C(down) (every hypervisor down now), C(cluster), C(revision), C(at), C(resync) and
     C(watcher).
 options:
@@ -198,7 +204,8 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    Compacted, EtcdClient, EtcdError, KeyValue, WatchEvent, json_or_none, to_json)
+    NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, KeyValue, WatchEvent, json_or_none,
+    to_json)
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
@@ -212,6 +219,9 @@ STALE_CHECK = 0.25
 STALE_SLACK = 0.5
 # How often the disarm flag is read.
 DISARM_CHECK = 1.0
+# How often etcd's alarms are read: well within an agent's TTL, so that a lease is
+# never ended for a key that a full etcd (alarm NOSPACE) kept its agent from writing.
+ALARM_CHECK = 1.0
 # How soon a host up for its hold-down whose agent missed a beat is looked at again.
 STABLE_RECHECK = 0.25
 
@@ -275,6 +285,10 @@ class Watcher:
         self.returning: dict[str, tuple[int, float]] = {}
         # Liveness key -> when (event loop time) its current revision was seen.
         self.seen: dict[str, float] = {}
+        # etcd's alarms as last read, and when (event loop time) one was last seen:
+        # no key counts as stale for what it missed until then.
+        self.alarms: list[dict[str, str]] = []
+        self.alarm_seen = float("-inf")
         self.ready = threading.Event()
         # The HA reconciler: how hard it tries, and what it remembers while leading.
         self.reconcile_every = float(args.get("reconcile_interval", 2.0))
@@ -370,12 +384,13 @@ class Watcher:
             thread.start()
         pending: set[str] = set()
         settled = 0.0  # when the pending failures are reported (event loop time)
-        stale = armed = reconciling = None
+        stale = armed = alarmed = reconciling = None
         self.nudge = asyncio.Event()
         try:
             await self._read_hosts(queue, reader)
             stale = asyncio.create_task(self._end_stale_leases(reader))
             armed = asyncio.create_task(self._follow_disarm(queue, reader))
+            alarmed = asyncio.create_task(self._follow_alarms(queue, reader))
             if self.reconcile_every > 0:
                 reconciling = asyncio.create_task(self._reconcile(queue, reader))
             while True:
@@ -402,6 +417,7 @@ class Watcher:
                     continue
                 if item[0] == "leader":
                     self.memory = Memory()  # what an earlier leadership saw may be stale
+                    self.alarms = []  # a standing alarm is reported again, by the leader
                     await self._resync(queue, reader)
                 elif item[0] == "compacted":
                     await self._read_hosts(queue, reader)
@@ -418,7 +434,8 @@ class Watcher:
                     if fresh:
                         self.applied = max(e.kv.mod_revision for e in fresh)
         finally:
-            tasks = [task for task in (stale, armed, reconciling) if task is not None]
+            tasks = [task for task in (stale, armed, alarmed, reconciling)
+                     if task is not None]
             for task in tasks:
                 task.cancel()
             # Let them end before the loop does (a wait_for takes two turns to cancel).
@@ -558,13 +575,18 @@ class Watcher:
             for key, kv in list(self.records.items()):
                 parsed = self._host_record(key)
                 ttl = _agent_ttl(kv)
-                age = self.loop.time() - self.seen.get(key, self.loop.time())
+                age = self.loop.time() - max(self.seen.get(key, self.loop.time()),
+                                             self.alarm_seen)
                 if (parsed is None or parsed.kind != "alive" or not kv.lease
                         or ttl is None or age < ttl + STALE_SLACK):
                     continue
                 try:
                     current = await asyncio.to_thread(reader.get, key)
                     if current is None or current.mod_revision != kv.mod_revision:
+                        continue
+                    if await asyncio.to_thread(reader.alarms):
+                        # A full etcd refuses the rewrite, not the keepalive.
+                        self.alarm_seen = self.loop.time()
                         continue
                     LOG.warning("%s: liveness key not rewritten for %.1f s (ttl %s): ending "
                                 "lease %x, which etcd renewed on a leader election",
@@ -600,6 +622,33 @@ class Watcher:
                 await self._resync(queue, reader)
             self.disarmed = flag
             await asyncio.sleep(DISARM_CHECK)
+
+    async def _follow_alarms(self, queue, reader: EtcdClient) -> None:
+        """Read etcd's alarms every ALARM_CHECK seconds; report each change as an
+        `etcd_alarm` event. While NOSPACE stands, etcd refuses every write: agents
+        keep their leases (a keepalive is no write) but cannot rewrite their keys, and
+        no VM can be started or moved."""
+        while True:
+            try:
+                alarms = await asyncio.to_thread(reader.alarms)
+            except EtcdError as err:
+                LOG.warning("reading etcd's alarms: %s; retrying", err)
+                await asyncio.sleep(RETRY)
+                continue
+            if alarms:
+                self.alarm_seen = self.loop.time()
+            if alarms != self.alarms:
+                if alarms:
+                    LOG.critical("etcd ALARM %s: etcd refuses writes, so nothing can be "
+                                 "evacuated or moved; %s", _alarm_text(alarms),
+                                 NO_SPACE_ADVICE if any(a["alarm"] == "NOSPACE" for a in alarms)
+                                 else "replace the corrupt member (etcd's recovery guide)")
+                else:
+                    LOG.warning("etcd's alarms are cleared: writes are accepted again")
+                self.alarms = alarms
+                await self._emit(queue, "etcd_alarm", [], always=True,
+                                 details={"alarms": alarms, "raised": bool(alarms)})
+            await asyncio.sleep(ALARM_CHECK)
 
     async def _report_stable(self, queue) -> None:
         """host_stable for each host up on the same lease for hold_down seconds, once
@@ -645,8 +694,8 @@ class Watcher:
 
     async def _emit(self, queue, kind: str, hosts: list[str], resync: bool = False,
                     down: list[str] | None = None,
-                    details: dict[str, Any] | None = None) -> None:
-        if not hosts:
+                    details: dict[str, Any] | None = None, always: bool = False) -> None:
+        if not hosts and not always:
             return
         if not self.leader:
             LOG.info("not the leader: %s %s left to the leader", kind, ", ".join(hosts))
@@ -686,6 +735,10 @@ class Watcher:
                 hosts.setdefault(parsed.host, set()).add(parsed.kind)
         return sorted(host for host, kinds in hosts.items()
                       if "alive" not in kinds and "maintenance" not in kinds)
+
+
+def _alarm_text(alarms: list[dict[str, str]]) -> str:
+    return ", ".join(f"{alarm['alarm']} on member {alarm['member']}" for alarm in alarms)
 
 
 def _by_agent(marker: KeyValue) -> bool:

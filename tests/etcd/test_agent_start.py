@@ -1,0 +1,99 @@
+"""The agent's self-fence when it starts: an agent restarted while its host is cut off
+from etcd holds no lease, but the lease its earlier run renewed may still stand and
+will expire; unless it registers by a TTL less the margin after it started, it
+destroys the host's HA domains, as if its last renewal had been then. Against real
+etcd and libvirt's built-in test driver, with the agent's own threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Iterator
+
+import libvirt
+import pytest
+
+from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+    Agent, AgentConfig)
+
+from .conftest import closed_port_url, wait_for
+
+URI = "test:///default"  # one state per process: the agent's connection sees ours
+TTL, MARGIN = 6, 2
+
+
+def domain_xml(name: str, kind: str) -> str:
+    return (f"<domain type='test'><name>{name}</name><memory>65536</memory>"
+            f"<os><type>hvm</type></os><metadata><yasco:vm xmlns:yasco='{lv.METADATA_NS}' "
+            f"kind='{kind}'/></metadata></domain>")
+
+
+class Running:
+    """An HA domain and a plain one, started on the test driver (transient: a domain
+    destroyed is gone)."""
+
+    def __init__(self) -> None:
+        self.conn = libvirt.open(URI)
+        suffix = uuid.uuid4().hex[:6]
+        self.names = {kind: f"{kind}-{suffix}" for kind in ("ha", "plain")}
+        for kind, name in self.names.items():
+            self.conn.createXML(domain_xml(name, kind))
+
+    def active(self, kind: str) -> bool:
+        try:
+            return bool(self.conn.lookupByName(self.names[kind]).isActive())
+        except libvirt.libvirtError:
+            return False
+
+    def close(self) -> None:
+        for kind, name in self.names.items():
+            if self.active(kind):
+                self.conn.lookupByName(name).destroy()
+        self.conn.close()
+
+
+@pytest.fixture(name="running")
+def fixture_running() -> Iterator[Running]:
+    running = Running()
+    yield running
+    running.close()
+
+
+def start_agent(endpoints: list[str]) -> Agent:
+    config = AgentConfig(host="hv1", endpoints=endpoints, cluster=f"t{uuid.uuid4().hex[:8]}",
+                         ttl=TTL, margin=MARGIN, libvirt_uri=URI)
+    config.check("test")
+    agent = Agent(config)
+    for target in (agent.heartbeat, agent.fencer):
+        threading.Thread(target=target, daemon=True).start()
+    return agent
+
+
+def stop_agent(agent: Agent) -> None:
+    agent.leaving.set()
+    agent.stopping.set()
+
+
+def test_an_agent_started_without_etcd_destroys_its_ha_domains_before_a_ttl(running):
+    started = time.monotonic()
+    agent = start_agent([closed_port_url()])
+    try:
+        assert wait_for(lambda: not running.active("ha"), TTL + 5), (
+            "the HA domain still runs: the agent never self-fenced")
+        assert time.monotonic() - started < TTL, "self-fenced after the old lease's expiry"
+        assert running.active("plain")
+        assert agent.fences and agent.fences[0]["destroyed"] == [running.names["ha"]]
+    finally:
+        stop_agent(agent)
+
+
+def test_an_agent_that_registers_keeps_its_ha_domains(etcd, running):
+    agent = start_agent([etcd.url])
+    try:
+        assert wait_for(lambda: agent.lease, 5), "the agent did not register"
+        time.sleep(2 * TTL)
+        assert running.active("ha") and not agent.fences
+    finally:
+        stop_agent(agent)

@@ -1,0 +1,191 @@
+"""etcd's housekeeping against real etcd servers: the lab's compaction settings keep
+the database bounded under the agents' rewrites; a full etcd (alarm NOSPACE) refuses
+writes but renews leases, so the agent keeps its lease and its HA VMs, and the
+watcher ends no lease and reports the alarm; playbooks/etcd_maintenance.yml frees the
+space and disarms it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from yasco_lab.etcd import housekeeping_flags
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+    EtcdClient, EtcdError, NoSpace)
+from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+    AgentConfig, Agent)
+
+from .conftest import (ROOT, Started, ansible_env, parse_run, playbook_command, start_etcd,
+                       stop, wait_for, wait_until_serving)
+from .test_etcd_hosts_source import RunningSource, wait_until_leading
+
+QUOTA = 4 * 1024 ** 2  # bytes: small, to fill in a second
+# An agent's liveness value is about 300 bytes; twenty agents rewrite theirs.
+ALIVE = json.dumps({"address": "10.0.0.11", "boot_id": "b" * 36, "agent_version": "0.2.0",
+                    "started": "2026-11-26T09:00:00Z", "pid": 4242, "ttl": 5,
+                    "ceph_addrs": ["10.0.0.11"], "padding": "p" * 120})
+HOSTS = 20
+
+
+@pytest.fixture(name="etcd_started")
+def fixture_etcd_started(tmp_path: Path) -> Iterator:
+    """Start etcd servers with the given flags; stopped after the test."""
+    running: list[Started] = []
+
+    def start(name: str, *flags: str) -> Started:
+        started = start_etcd(tmp_path, name, "http", *flags)
+        running.append(started)
+        wait_until_serving(started)
+        return started
+
+    yield start
+    for started in running:
+        stop(started)
+
+
+def rewrite(client: EtcdClient, prefix: str, rounds: int) -> None:
+    """Each of HOSTS liveness keys rewritten `rounds` times, as the agents do."""
+    for dummy in range(rounds):
+        for host in range(HOSTS):
+            client.put(f"{prefix}hv{host}/alive", ALIVE)
+
+
+def fill(client: EtcdClient, key: str) -> NoSpace:
+    """Rewrite `key` with large values until etcd refuses: the NoSpace it raised."""
+    for dummy in range(10 * QUOTA // 100_000):
+        try:
+            client.put(key, "x" * 100_000)
+        except NoSpace as err:
+            return err
+    raise AssertionError(f"etcd took {QUOTA * 10} bytes without reaching its quota {QUOTA}")
+
+
+def test_the_labs_compaction_keeps_the_database_bounded_where_etcds_default_grows(
+        etcd_started):
+    # The lab's flags with a retention of a second instead of five minutes.
+    kept = etcd_started("kept", *housekeeping_flags(retention="1s"))
+    default = etcd_started("default")
+    sizes: dict[str, list[int]] = {"kept": [], "default": []}
+    with EtcdClient([kept.url]) as to_kept, EtcdClient([default.url]) as to_default:
+        for dummy in range(3):
+            for name, client in (("kept", to_kept), ("default", to_default)):
+                rewrite(client, "/yasco/lab/hosts/", rounds=30)
+            time.sleep(2.5)  # the compactor runs every retention period
+            sizes["kept"].append(to_kept.status()["db_size_in_use"])
+            sizes["default"].append(to_default.status()["db_size_in_use"])
+        first = to_kept.status()["revision"] - 3 * 30 * HOSTS
+        with pytest.raises(EtcdError, match="compacted"):
+            list(to_kept.watch_prefix("/yasco/lab/hosts/", first, idle=1))
+    # etcd's default keeps every revision: its database grows with each round.
+    assert sizes["default"][2] > 2 * sizes["default"][0], sizes
+    # Compacted, the space of old revisions is reused: after three rounds it holds
+    # less than etcd's default after one.
+    assert max(sizes["kept"]) < sizes["default"][0], sizes
+
+
+def agent_config(url: str, cluster: str) -> AgentConfig:
+    config = AgentConfig(host="hv1", endpoints=[url], cluster=cluster, ttl=3, margin=1,
+                         keepalive=0.5, libvirt_uri="test:///default")
+    config.check("test")
+    return config
+
+
+def test_a_full_etcd_keeps_the_agents_lease_ends_none_and_the_watcher_reports_it(
+        etcd_started):
+    full = etcd_started("full", "--quota-backend-bytes", str(QUOTA))
+    cluster = "full"
+    with EtcdClient([full.url]) as client:
+        source = RunningSource({"endpoints": [full.url], "cluster": cluster,
+                                "leader_ttl": 2, "settle": 0.3, "hold_down": 600})
+        agent = Agent(agent_config(full.url, cluster))
+        beating = threading.Thread(target=agent.heartbeat, daemon=True)
+        try:
+            wait_until_leading(source)
+            beating.start()
+            assert wait_for(lambda: agent.lease, 10), "the agent did not register"
+            lease = agent.lease
+            assert source.next()["type"] == "host_up"
+
+            refused = fill(client, "/scratch/big")
+            assert "the database is full (alarm NOSPACE)" in str(refused)
+            assert "playbooks/etcd_maintenance.yml" in str(refused)
+            assert [a["alarm"] for a in client.alarms()] == ["NOSPACE"]
+            raised = source.next()
+            assert (raised["type"], raised["raised"], raised["hosts"]) == (
+                "etcd_alarm", True, [])
+            assert [a["alarm"] for a in raised["alarms"]] == ["NOSPACE"]
+
+            # Three TTLs: the liveness key is never rewritten, the lease is renewed.
+            alive = client.get(etcd_keys.alive_key("hv1", cluster=cluster))
+            for dummy in range(18):
+                time.sleep(0.5)
+                # What the fencer compares with its deadline, ttl - margin.
+                assert agent.clock() - agent.last_ok < 2, "the agent would self-fence"
+            assert agent.no_space and agent.lease == lease
+            assert client.lease_info(lease) is not None, "the lease is gone"
+            assert client.get(etcd_keys.alive_key("hv1", cluster=cluster)) == alive
+
+            done = run_maintenance(full.url)
+            assert done.returncode == 0, done.output
+            freed = done.result(MAINTAIN)
+            assert freed["changed"] and [a["alarm"] for a in freed["disarmed"]] == ["NOSPACE"]
+            member, = freed["members"]
+            assert member["defragmented"] and member["db_size"] < member["db_size_before"] / 2
+            assert client.alarms() == []
+            cleared = source.next()  # the next event: no host_down came before it
+            assert (cleared["type"], cleared["raised"]) == ("etcd_alarm", False)
+            assert wait_for(lambda: not agent.no_space, 5), "the agent writes no more"
+            assert client.get(etcd_keys.alive_key("hv1", cluster=cluster)) != alive
+            assert agent.lease == lease
+        finally:
+            agent.leaving.set()
+            agent.stopping.set()
+            source.stop()
+
+
+MAINTAIN = "Compact, defragment one member at a time, disarm"
+
+
+def run_maintenance(url: str):
+    done = subprocess.run(
+        playbook_command(ROOT / "playbooks" / "etcd_maintenance.yml",
+                         "-e", json.dumps({"yasco_etcd_endpoints": [url],
+                                           "yasco_etcd_quota_bytes": QUOTA})),
+        cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=120,
+        check=False)
+    return parse_run(done)
+
+
+def test_maintenance_over_a_member_still_over_its_quota_fails_naming_it_and_disarms_nothing(
+        etcd_started):
+    full = etcd_started("over", "--quota-backend-bytes", str(QUOTA))
+    with EtcdClient([full.url]) as client:
+        for index in range(2 * QUOTA // 100_000):  # live data, not history
+            try:
+                client.put(f"/data/{index}", "x" * 100_000)
+            except NoSpace:
+                break
+        done = run_maintenance(full.url)
+        assert done.returncode != 0
+        failed = done.result(MAINTAIN)
+        assert "% of quota_bytes" in failed["msg"] and full.url in failed["msg"]
+        assert "raise --quota-backend-bytes" in failed["msg"]
+        assert [a["alarm"] for a in client.alarms()] == ["NOSPACE"]
+
+
+def test_a_second_run_on_a_quiet_etcd_changes_nothing(etcd_started):
+    quiet = etcd_started("quiet", *housekeeping_flags())
+    with EtcdClient([quiet.url]) as client:
+        rewrite(client, "/yasco/lab/hosts/", rounds=20)
+    first, second = run_maintenance(quiet.url), run_maintenance(quiet.url)
+    assert first.returncode == second.returncode == 0, first.output + second.output
+    assert first.result(MAINTAIN)["compacted_to"] and first.result(MAINTAIN)["changed"]
+    assert second.result(MAINTAIN)["changed"] is False, second.result(MAINTAIN)
+    assert second.result(MAINTAIN)["compacted_to"] is None
