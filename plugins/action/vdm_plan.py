@@ -20,6 +20,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.yasco.cluster.plugins.module_utils import (
     atomic_file, vdm_document, vdm_what_if)
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_quorum import quorum_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     VdmInputError, load_problem, problem_digest)
@@ -130,6 +131,13 @@ class ActionModule(ActionBase):
         except VdmInputError as err:
             result.update(failed=True, problems=err.problems,
                           msg="invalid VDM input: " + "; ".join(err.problems))
+            return result
+        quorum = quorum_problem(_native(first.get("yasco_etcd_endpoints") or []),
+                                {h: {h, str(v.get("ansible_host", h))}
+                                 for h, v in per_host.items()},
+                                problem.failure_sets)
+        if quorum:
+            result.update(failed=True, problems=[quorum], msg=f"invalid VDM input: {quorum}")
             return result
         if args["verify"]:
             return self._verify(result, path, previous, problem)

@@ -39,6 +39,7 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -56,6 +57,9 @@ LOG = logging.getLogger("yasco-agent")
 SHUTDOWN_POLICIES = ("conditional", "freeze", "failover")
 # How often the agent reads the cluster's disarm flag, in seconds.
 FLAG_EVERY = 1.0
+# How often the fencer pets systemd's watchdog, in seconds: well within the unit's
+# WatchdogSec (agent_watchdog_sec, 10 s by default).
+WATCHDOG_EVERY = 1.0
 # Where the host's shutdown says whether it reboots or powers off, when systemd cannot
 # be asked (the lab writes it; so can an operator's script): `reboot` or `poweroff`.
 SHUTDOWN_INTENT_FILE = "/run/yasco-agent/shutdown"
@@ -373,7 +377,13 @@ class Agent:
 
     def fencer(self) -> None:
         conn = None
+        petted = float("-inf")
         while not self.stopping.is_set():
+            # systemd's watchdog (WatchdogSec=) restarts an agent whose fencer is stuck,
+            # in a libvirt call say: the fencer is the thread that must never hang.
+            if self.clock() >= petted + WATCHDOG_EVERY:
+                notify_systemd("WATCHDOG=1")
+                petted = self.clock()
             with self.lock:
                 due = (self.lease or self.unregistered) and self.clock() >= \
                     self.last_ok + self.config.ttl - self.config.margin
@@ -467,6 +477,7 @@ class Agent:
                    for target in (self.heartbeat, self.fencer, self.publisher)]
         for thread in threads:
             thread.start()
+        notify_systemd("READY=1")
         self.stopping.wait()
         for thread in threads:
             thread.join(timeout=self.config.ttl)
@@ -563,6 +574,23 @@ class Agent:
         finally:
             etcd.close()
             self.stopping.set()
+
+
+def notify_systemd(state: str) -> bool:
+    """Tell systemd `state` (READY=1, WATCHDOG=1) on the socket it gave the service
+    (Type=notify); False when it gave none, as outside systemd. Never raises: the
+    fencer calls it."""
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return False
+    address = "\0" + path[1:] if path.startswith("@") else path  # abstract namespace
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(state.encode(), address)
+    except OSError as err:
+        LOG.warning("telling systemd %s: %s", state, err)
+        return False
+    return True
 
 
 def _is_active(dom) -> bool:

@@ -11,6 +11,7 @@ VM and the field, so an operator fixes an inventory in one pass.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
@@ -183,7 +184,7 @@ def _allowed_hosts(name: str, spec: dict, hostvars: dict[str, dict], problems: l
         else:
             for unknown in sorted(set(listed) - set(hostvars)):
                 problems.append(f"{where}: hosts names {unknown!r}, which is not in "
-                                "yasco_hypervisors")
+                                f"yasco_hypervisors{_did_you_mean(unknown, hostvars)}")
             allowed &= set(listed)
     expression = spec.get("placement")
     if expression is not None:
@@ -206,7 +207,8 @@ def _vm(name: str, spec: Any, defaults: dict, hostvars: dict[str, dict],
         return None
     spec = {**{k: v for k, v in defaults.items() if k in VM_KEYS}, **spec}
     for key in sorted(set(spec) - VM_KEYS - VM_KEYS_IGNORED):
-        problems.append(f"{where}: unknown key {key!r}; known keys are "
+        hint = _did_you_mean(key, VM_KEYS | VM_KEYS_IGNORED)
+        problems.append(f"{where}: unknown key {key!r}{hint}; known keys are "
                         f"{', '.join(sorted(VM_KEYS))}")
     before = len(problems)
     sizes = {}
@@ -239,7 +241,8 @@ def _vm(name: str, spec: Any, defaults: dict, hostvars: dict[str, dict],
     home = spec.get("home")
     if home is not None:
         if home not in hostvars:
-            problems.append(f"{where}: home {home!r} is not in yasco_hypervisors")
+            problems.append(f"{where}: home {home!r} is not in yasco_hypervisors"
+                            f"{_did_you_mean(home, hostvars)}")
         elif home not in allowed:
             problems.append(f"{where}: home {home!r} is not allowed by its hosts/placement")
     if len(problems) > before:
@@ -251,6 +254,21 @@ def _vm(name: str, spec: Any, defaults: dict, hostvars: dict[str, dict],
               disk_gb=sizes.get("disk_gb", 0), net_mbps=sizes.get("net_mbps", 0),
               ha=flags["ha"], priority=priority, preemptible=flags["preemptible"],
               anti_affinity=frozenset(labels), allowed=allowed, home=home)
+
+
+def _did_you_mean(name: str, known) -> str:
+    """`; did you mean 'hv1'?` for a name close to a known one, else ''."""
+    close = difflib.get_close_matches(str(name), sorted(map(str, known)), n=1, cutoff=0.8)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _largest(hosts) -> str:
+    """What the biggest of `hosts` (by memory) holds for VMs, for a VM that fits none."""
+    biggest = max(hosts, key=lambda host: (host.memory_mb, host.vcpus), default=None)
+    if biggest is None:
+        return ""
+    return (f"; the largest, {biggest.name}, holds {biggest.vcpus:g} vCPUs and "
+            f"{biggest.memory_mb:g} MB after yasco_reserved and the CPU allocation ratio")
 
 
 def _failure_sets(hosts: dict[str, Host], x: int, domains: int) -> tuple[frozenset[str], ...]:
@@ -307,7 +325,8 @@ def load_problem(hostvars: dict[str, dict], global_vars: dict[str, Any]) -> Prob
         if not fitting:
             problems.append(f"VM {name}: larger than every hypervisor it may run on "
                             f"({vm.vcpus:g} vCPUs, {vm.memory_mb:g} MB"
-                            + (f", {vm.net_mbps:g} Mbps" if vm.net_mbps else "") + ")")
+                            + (f", {vm.net_mbps:g} Mbps" if vm.net_mbps else "") + ")"
+                            + _largest(hosts[h] for h in candidates if h in hosts))
         vms[vm.name] = vm
     if problems:
         raise VdmInputError(problems)

@@ -6,9 +6,11 @@ etcd and libvirt's built-in test driver, with the agent's own threads."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import libvirt
@@ -97,3 +99,30 @@ def test_an_agent_that_registers_keeps_its_ha_domains(etcd, running):
         assert running.active("ha") and not agent.fences
     finally:
         stop_agent(agent)
+
+
+def test_the_fencer_pets_systemds_watchdog_every_second_while_it_runs(
+        etcd, running, tmp_path: Path, monkeypatch):
+    """Under systemd (Type=notify, WatchdogSec=), the agent's fencer, the thread that
+    must never hang, tells systemd it is alive; systemd restarts an agent that stops."""
+    path = str(tmp_path / "notify")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as systemd:
+        systemd.bind(path)
+        systemd.settimeout(5)
+        monkeypatch.setenv("NOTIFY_SOCKET", path)
+        agent = start_agent([etcd.url])
+        try:
+            pets = [systemd.recv(64) for dummy in range(3)]
+            assert pets == [b"WATCHDOG=1"] * 3
+        finally:
+            stop_agent(agent)
+        time.sleep(1.5)  # what was sent before the stop
+        systemd.settimeout(0.2)
+        while True:
+            try:
+                systemd.recv(64)
+            except TimeoutError:
+                break
+        with pytest.raises(TimeoutError):
+            systemd.settimeout(2.5)
+            systemd.recv(64)

@@ -7,6 +7,7 @@ before they finish, so the order of the other tests does not matter; the test of
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "teardown: takes the lab down; runs after every other test")
     config.addinivalue_line("markers", "own_lab: brings up a lab of its own and takes it down; "
                             "runs before the session's lab is up")
+    config.addinivalue_line("markers", "lab_waits: its tests mostly wait on the lab (leases, "
+                            "hold-downs); scripts/test starts the tests that need no lab then")
+
+
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """The first test marked `lab_waits` to run tells scripts/test (the file named by
+    YASCO_TEST_LAB_WAITS) that the tests that need no lab may start."""
+    signal = os.environ.get("YASCO_TEST_LAB_WAITS")
+    if signal and item.get_closest_marker("lab_waits") is not None:
+        Path(signal).touch()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

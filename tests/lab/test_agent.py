@@ -238,6 +238,7 @@ def test_the_role_installs_an_agent_that_runs_without_ansible(lab, etcd, tmp_pat
     assert oct(config.stat().st_mode & 0o777) == "0o600"
     unit = (root / "etc" / "systemd" / "system" / "yasco-agent.service").read_text()
     assert f"ExecStart={lib}/venv/bin/python {lib}/yasco_agent.py --config {config}" in unit
+    assert "Type=notify" in unit and "WatchdogSec=10" in unit
     python = lib / "venv" / "bin" / "python"
     assert subprocess.run([python, "-c", "import ansible"], capture_output=True,
                           check=False).returncode != 0

@@ -187,3 +187,31 @@ def test_what_if_reports_a_table_per_scenario_and_writes_nothing(tmp_path):
     assert task["table"][0].startswith("scenario")
     assert task["table"][2].split() == ["as", "is", "3", "4", "plan", "5"]
     assert not vdm_file(inv).exists()
+
+
+def test_failures_that_would_take_etcd_below_quorum_are_refused_naming_the_members(tmp_path):
+    """etcd's three members on the three hypervisors: surviving any one failure keeps
+    two, surviving two would keep one, which is no quorum."""
+    hosts = {name: {**spec, "ansible_host": f"10.0.0.1{name[-1]}"}
+             for name, spec in HOSTS.items()}
+    endpoints = [f"https://10.0.0.1{i}:2379" for i in (1, 2, 3)]
+    small = {"web1": {"vcpus": 1, "memory_mb": 1024, "ha": True}}
+    refused = inventory(tmp_path / "two", small, hosts, yasco_failures_to_tolerate=2,
+                        yasco_etcd_endpoints=endpoints)
+    rc, task = run_plan(refused)
+    assert rc != 0
+    assert task["problems"] == [
+        "etcd quorum: a failure of hv1, hv2, which the VDM is to survive, takes 2 of etcd's "
+        "3 members (https://10.0.0.11:2379 on hv1, https://10.0.0.12:2379 on hv2); 3 members "
+        "survive 1 lost, so etcd would stop: no evacuation could run and every agent would "
+        "self-fence its HA VMs. Run more members (5 survive 2 lost), or run them off the "
+        "hypervisors, or lower yasco_failures_to_tolerate (and "
+        "yasco_failure_domains_to_tolerate)"], task
+    assert not vdm_file(refused).exists()
+    # The same with one failure, or with the members elsewhere: planned.
+    for name, settings in (("one", {"yasco_failures_to_tolerate": 1,
+                                    "yasco_etcd_endpoints": endpoints}),
+                           ("elsewhere", {"yasco_failures_to_tolerate": 2,
+                                          "yasco_etcd_endpoints": ["https://etcd1:2379"]})):
+        rc, task = run_plan(inventory(tmp_path / name, small, hosts, **settings))
+        assert rc == 0, (name, task)

@@ -74,6 +74,21 @@ def test_failure_sets_cover_up_to_x_hosts_and_whole_domains():
      "VM a: ha and preemptible exclude each other"),
     ({"a": {"vcpus": 1, "memory_mb": 1, "home": "hv9"}}, None, {},
      "VM a: home 'hv9' is not in yasco_hypervisors"),
+    # A misspelt name gets the known one it is closest to; a name far from all, none.
+    ({"a": {"vcpus": 1, "memory_mb": 1, "memroy_mb": 2}}, None, {},
+     "VM a: unknown key 'memroy_mb'; did you mean 'memory_mb'?; known keys are "),
+    ({"a": {"vcpus": 1, "memory_mb": 1, "home": "hv01"}}, None, {},
+     "VM a: home 'hv01' is not in yasco_hypervisors; did you mean 'hv1'?"),
+    ({"a": {"vcpus": 1, "memory_mb": 1, "hosts": ["hv01", "hv9"]}}, None, {},
+     "VM a: hosts names 'hv01', which is not in yasco_hypervisors; did you mean 'hv1'?"),
+    # The largest host it may run on, for a VM that fits none.
+    ({"a": {"vcpus": 1, "memory_mb": 999999, "hosts": ["hv1", "hv2"]}},
+     {"hv1": {"yasco_capacity": {"vcpus": 4, "memory_mb": 4096}},
+      "hv2": {"yasco_capacity": {"vcpus": 8, "memory_mb": 16384},
+              "yasco_reserved": {"memory_mb": 2048}},
+      "hv3": {"yasco_capacity": {"vcpus": 64, "memory_mb": 524288}}}, {},
+     "VM a: larger than every hypervisor it may run on (1 vCPUs, 999999 MB); the largest, "
+     "hv2, holds 8 vCPUs and 14336 MB after yasco_reserved and the CPU allocation ratio"),
     ({}, {"hv1": {"yasco_capacity": {"vcpus": 4}}}, {},
      "host hv1: yasco_capacity.memory_mb: missing"),
     ({}, {"hv1": {"yasco_capacity": {"vcpus": 4, "memory_mb": 1024},
@@ -88,6 +103,13 @@ def test_invalid_input_names_the_vm_or_host_and_the_field(vms, hostvars, setting
     with pytest.raises(VdmInputError) as raised:
         problem(hostvars=hostvars, vms=vms, **settings)
     assert any(expected in p for p in raised.value.problems), raised.value.problems
+
+
+def test_a_name_far_from_every_known_one_gets_no_suggestion():
+    with pytest.raises(VdmInputError) as raised:
+        problem(vms={"a": {"vcpus": 1, "memory_mb": 1, "hosts": ["hv9"], "colour": "red"}})
+    assert "VM a: hosts names 'hv9', which is not in yasco_hypervisors" in raised.value.problems
+    assert not [p for p in raised.value.problems if "did you mean" in p]
 
 
 def test_every_problem_is_reported_at_once():
