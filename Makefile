@@ -1,6 +1,6 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
-.PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery \
+.PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery bench-fencing \
 	sanity units
 
 setup:
@@ -35,6 +35,11 @@ bench-failover: setup
 # again, with the HA reconciler and without it, on the lab (docs/ha.md).
 bench-recovery: setup
 	.venv/bin/python benchmarks/recovery.py
+
+# A hung or killed agent: its host's hardware watchdog resets it before its lease is
+# seen to expire, against no watchdog (docs/agent.md).
+bench-fencing: setup
+	.venv/bin/python benchmarks/fencing.py
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup

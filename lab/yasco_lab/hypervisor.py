@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
 
-from . import credentials, etcd, pki
+from . import credentials, etcd, pki, watchdog
 from .ceph import client_conf, secret_key
 from .errors import LabError
 from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
@@ -169,6 +169,7 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
         mount -t tmpfs -o mode=0755 tmpfs /run
         mount -t tmpfs -o mode=1777 tmpfs /tmp
         mkdir -p /run/sshd /run/lock
+        mkfifo -m 0600 {watchdog.WATCHDOG_PATH}
         {mounts}
         {restore}
         mkdir -p {_QEMU_TREE}/bin
@@ -220,8 +221,12 @@ def agent_service_commands(host: HostLayout) -> dict[str, str]:
                     "do sleep 0.2; done"}
 
 
-def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
-    """Write the host's agent configuration and start the agent (not waiting)."""
+def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
+                with_watchdog: bool = False) -> None:
+    """Write the host's agent configuration and start the agent (not waiting); with
+    the host's emulated hardware watchdog armed if asked. The lab's agents run without
+    it unless a test asks: a lab host reset whenever its agent stalls on this loaded
+    machine would make every test a watchdog test."""
     others = [h.etcd_client_url for h in cluster if h.name != host.name]
     user = credentials.EtcdUser(etcd_access.agent_role(host.name))
     config = {"host": host.name, "cluster": CLUSTER_NAME, "ttl": AGENT_TTL,
@@ -229,6 +234,9 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None
               # The canaries ignore ACPI: failing over on a poweroff powers them off.
               "shutdown_timeout": 3,
               **user.options([host.etcd_client_url, *others])}
+    if with_watchdog:
+        config.update(watchdog_device=watchdog.WATCHDOG_PATH,
+                      watchdog_timeout=watchdog.TIMEOUT)
     # It holds the agent's etcd password.
     pki.write_private(agent_config_path(host), json.dumps(config, indent=2) + "\n")
     node.start_daemon(*_agent_command(host), log=agent_log_path(host))

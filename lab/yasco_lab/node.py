@@ -22,14 +22,20 @@ from .network import ip
 
 # PID 1 of a node must reap the orphans it inherits (daemons double-fork into it).
 # PID 1 ignores signals it has no handler for, so only SIGKILL from outside stops it.
-_REAPER = (
-    "import os, sys, time\n"
-    "while True:\n"
-    "    try:\n"
-    "        os.wait()\n"
-    "    except ChildProcessError:\n"
-    "        time.sleep(0.5)\n"
-)
+# It also serves the host's emulated hardware watchdog (watchdog.py), loaded by its
+# path before the node's mounts can hide it, and exits when that fires: a reset.
+_REAPER = f"""
+import importlib.util, os, sys, threading, time
+spec = importlib.util.spec_from_file_location("watchdog", {str(Path(__file__).with_name("watchdog.py"))!r})
+watchdog = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(watchdog)
+threading.Thread(target=watchdog.serve_and_reset, args=(sys.argv[-1],), daemon=True).start()
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.5)
+"""
 MARKER = "yasco-lab-node"
 
 

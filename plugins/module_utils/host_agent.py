@@ -20,6 +20,10 @@ would hide a dead host for seconds), the HA domains here being dead by then too.
 The one exception is a full etcd (alarm NOSPACE), which refuses the rewrite but
 renews leases: the keepalive counts alone, and the watcher ends no lease while the
 alarm stands, so a full database stops changes but destroys no VM.
+Under the self-fence, an optional hardware watchdog (hw_watchdog) resets the host when
+the agent itself hangs: the fencer pets it only while a reset would still come before
+the lease's earliest expiry (`watchdog_may_pet`), and again once nothing here can be
+started elsewhere under a lease it holds (self-fenced, frozen, stopping).
 
 Three threads, each with its own connections, so that none waits on another:
 - heartbeat: grants the lease, registers the liveness key, renews every TTL/3, and
@@ -45,7 +49,8 @@ import threading
 import time
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import (
+    cluster_events, etcd_keys, hw_watchdog)
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     EtcdClient, EtcdError, NoSpace, json_or_none, to_json)
@@ -98,6 +103,10 @@ class AgentConfig:
     client_key: str | None = None
     username: str | None = None
     password: str | None = None
+    # A hardware watchdog (docs/agent.md): the device, empty for none, and its timeout
+    # in whole seconds, 0 for the longest that still resets the host in time.
+    watchdog_device: str = ""
+    watchdog_timeout: int = 0
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> AgentConfig:
@@ -142,6 +151,25 @@ class AgentConfig:
             raise ConfigError(f"{where}: {err}") from err
         if not isinstance(self.ceph_addrs, list):
             raise ConfigError(f"{where}: ceph_addrs must be a list of addresses")
+        longest = int(self.ttl - self.margin)
+        if isinstance(self.watchdog_timeout, bool) or not isinstance(
+                self.watchdog_timeout, int) or not 0 <= self.watchdog_timeout <= longest:
+            raise ConfigError(f"{where}: watchdog_timeout {self.watchdog_timeout!r} must be "
+                              f"whole seconds from 1 to {longest} (ttl - margin), or 0 for "
+                              f"{longest}: a longer one could reset the host after its "
+                              "lease expired")
+        self.watchdog_timeout = self.watchdog_timeout or longest
+
+
+def watchdog_may_pet(now: float, last_ok: float, ttl: float, margin: float, timeout: float,
+                     holding: bool) -> bool:
+    """Whether the agent may pet the watchdog at `now`: always when it holds no lease
+    its HA VMs could be started elsewhere on (self-fenced, frozen, stopping); otherwise
+    only if a reset `timeout` from now still comes `margin / 2` before the lease's
+    earliest expiry, `last_ok + ttl`. The self-fence, at `ttl - margin`, comes first
+    and then lets petting resume: the watchdog resets the host only when the agent
+    hangs."""
+    return not holding or now + timeout <= last_ok + ttl - margin / 2
 
 
 def load_config(path: str) -> AgentConfig:
@@ -228,6 +256,8 @@ class Agent:
         self.frozen = False
         self.flag_read = 0.0
         self.no_space = False  # etcd's last answer to the rewrite: its database is full
+        self.watchdog: hw_watchdog.Watchdog | None = None
+        self.stopped_cleanly = False  # a planned stop that left no HA VM at risk
 
     def _client(self) -> EtcdClient:
         c = self.config
@@ -244,7 +274,7 @@ class Agent:
         return {"address": c.address, "boot_id": _boot_id(), "agent_version": VERSION,
                 "started": cluster_events.timestamp(self.started), "pid": os.getpid(),
                 "ceph_addrs": c.ceph_addrs or ([c.address] if c.address else []),
-                "ttl": c.ttl}
+                "ttl": c.ttl, "watchdog": self.watchdog.timeout if self.watchdog else None}
 
     def register(self, etcd: EtcdClient) -> None:
         """A new lease and the liveness key under it."""
@@ -397,14 +427,30 @@ class Agent:
                                  "registering again once etcd answers",
                                  self.config.ttl - self.config.margin)
                     self.lease, due = 0, False
+            fenced = True
             if due or enforce:
                 try:
                     conn = conn or lv.connect(self.config.libvirt_uri)
                     self.self_fence(conn, first=bool(due))
                 except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
                     LOG.critical("SELF-FENCE FAILED, retrying: %s", err)
-                    conn = None
+                    conn, fenced = None, False
+            if fenced:
+                self.pet_watchdog()
             self.stopping.wait(0.05)
+
+    def pet_watchdog(self) -> None:
+        if self.watchdog is None:
+            return
+        with self.lock:
+            may = watchdog_may_pet(self.clock(), self.last_ok, self.config.ttl,
+                                   self.config.margin, self.watchdog.timeout,
+                                   bool(self.lease or self.unregistered))
+        if may:
+            try:
+                self.watchdog.pet()
+            except OSError as err:
+                LOG.critical("cannot pet the watchdog %s: %s", self.watchdog.path, err)
 
     def self_fence(self, conn, first: bool) -> None:
         """Destroy every running HA domain; `first` when the deadline just passed
@@ -471,7 +517,23 @@ class Agent:
 
     # -- life cycle ---------------------------------------------------------------
 
+    def open_watchdog(self) -> None:
+        """Open the configured watchdog device; without it the agent runs on its
+        self-fence alone, and says so."""
+        if not self.config.watchdog_device:
+            return
+        try:
+            self.watchdog = hw_watchdog.Watchdog(self.config.watchdog_device,
+                                                 self.config.watchdog_timeout)
+        except hw_watchdog.WatchdogError as err:
+            LOG.critical("NO HARDWARE WATCHDOG: %s; a hung agent is caught by the storage "
+                         "fence alone", err)
+            return
+        LOG.info("watchdog %s armed: %s s, petted while the lease is surely valid",
+                 self.watchdog.path, self.watchdog.timeout)
+
     def run(self) -> None:
+        self.open_watchdog()
         _start_libvirt_event_loop()
         threads = [threading.Thread(target=target, name=target.__name__, daemon=True)
                    for target in (self.heartbeat, self.fencer, self.publisher)]
@@ -481,6 +543,11 @@ class Agent:
         self.stopping.wait()
         for thread in threads:
             thread.join(timeout=self.config.ttl)
+        if self.watchdog is not None and self.watchdog.fd >= 0:
+            # Still counting: a lease may stand with HA VMs here unfenced.
+            LOG.critical("watchdog left armed: it resets this host in %s s unless the "
+                         "agent is back by then", self.watchdog.timeout)
+            self.watchdog.close()
 
     def _mark(self, etcd: EtcdClient, reason: str) -> None:
         """The agent's own maintenance marker, created only if absent: a drain's or an
@@ -563,16 +630,21 @@ class Agent:
             self._mark(etcd, reason)
             if lease:
                 etcd.revoke_lease(lease)
+            self.stopped_cleanly = True
             LOG.info("stopped (%s, shutdown_policy %s): maintenance marker written, lease "
                      "revoked", reason, policy)
         except EtcdError as err:
             LOG.critical("cannot mark maintenance before stopping (%s): self-fencing", err)
             try:
                 self.self_fence(lv.connect(self.config.libvirt_uri), first=True)
+                self.stopped_cleanly = True
             except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as fence_err:
                 LOG.critical("SELF-FENCE FAILED: %s", fence_err)
         finally:
             etcd.close()
+            if self.stopped_cleanly and self.watchdog is not None:
+                self.watchdog.disarm()
+                LOG.info("watchdog disarmed")
             self.stopping.set()
 
 

@@ -51,10 +51,13 @@ options:
   expire:
     description:
       - Seconds until Ceph drops the entries by itself.
-      - Long by default, so that a fenced host stays fenced until it is unfenced on
-        purpose, after its VMs were dealt with.
+      - Ten years by default, so that a fenced host stays fenced until it is unfenced
+        on purpose, after its VMs were dealt with. Ceph keeps an entry's first expiry;
+        adding an entry again does not extend it, so an entry that must outlive its
+        expiry has to be lifted and added anew. C(playbooks/fence_check.yml) checks the
+        fences etcd records against the blocklist.
     type: float
-    default: 2592000
+    default: 315360000
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
@@ -145,7 +148,7 @@ def main(module_class=AnsibleModule) -> None:
             "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
             "addresses": {"type": "list", "elements": "str", "required": True},
             "images": {"type": "list", "elements": "str", "default": []},
-            "expire": {"type": "float", "default": 2592000.0},
+            "expire": {"type": "float", "default": 315360000.0},
         },
         supports_check_mode=True,
     )

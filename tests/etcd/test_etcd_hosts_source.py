@@ -423,3 +423,29 @@ def test_the_leader_emits_the_reconcilers_steps_for_an_ha_vm_down_on_a_live_host
         (step,) = event["steps"]
         assert (step["action"], step["to"]) == ("relocate", "hv2")
         assert "start failed" in step["reason"]
+
+
+def test_the_leader_reports_standing_fences_to_be_checked_every_interval(
+        etcd, cluster, start):
+    """A blocklist entry lifted by hand or expired leaves etcd saying fenced: the
+    leader reports the fenced hosts every fence_check_interval, the first time one
+    interval after it starts, and nothing once no fence stands."""
+    with etcd.client() as client:
+        register(client, cluster, "hv2")
+        for host in ("hv1", "hv3"):
+            client.put_json(etcd_keys.fence_key(host, cluster=cluster),
+                            {"by": "evacuate", "ceph_addrs": [f"10.0.0.{host[-1]}"]})
+        source = start(fence_check_interval=2)
+        wait_until_leading(source)
+        started = time.monotonic()
+        first, second = source.next(), source.next()
+        assert (first["type"], first["hosts"]) == ("fences_standing", ["hv1", "hv3"])
+        assert second == {**second, "type": "fences_standing", "hosts": ["hv1", "hv3"]}
+        assert time.monotonic() - started >= 2
+        for host in ("hv1", "hv3"):
+            client.delete(etcd_keys.fence_key(host, cluster=cluster))
+        time.sleep(2.5)  # an event read before the deletes may still come
+        while not source.events.empty():
+            source.events.get()
+        time.sleep(4.5)
+        assert source.events.empty(), source.events.get()

@@ -18,7 +18,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
-from yasco_lab import credentials, hypervisor, layout
+from yasco_lab import credentials, hypervisor, layout, watchdog
 from yasco_lab.lab import LabState
 
 from ..ansible_run import run_playbook
@@ -209,6 +209,40 @@ def test_a_graceful_stop_marks_maintenance_before_the_lease_goes(lab, etcd):
         hypervisor.start_agent(state.node("hv1"), host, state.layouts())
     wait_for("hv1 registered again", lambda: etcd.get(alive_key("hv1")), 15)
     wait_for("marker cleared", lambda: etcd.get(marker_key) is None, 5)
+    remove_domain(hv["libvirt_uri"], ha)
+
+
+def test_a_hung_agent_is_reset_by_its_host_watchdog_before_its_lease_expires(lab, etcd):
+    """The hardware watchdog, the layer under the self-fence: hv2's agent, armed with
+    the host's emulated watchdog, is stopped dead (SIGSTOP) with an HA domain running;
+    it renews nothing and fences nothing, and the watchdog resets the whole host while
+    its lease still stands, so nothing can have started that VM elsewhere first."""
+    hv = host_of(lab, "hv2")
+    host = layout_of("hv2")
+    state = LabState.load()
+    node = state.node("hv2")
+    node.run("sh", "-ec", hypervisor.agent_service_commands(host)["stop"], timeout=60)
+    hypervisor.start_agent(node, host, state.layouts(), with_watchdog=True)
+    kv = wait_for("hv2 registered with its watchdog", lambda: etcd.get(alive_key("hv2")) if (
+        etcd.get(alive_key("hv2")) and json.loads(etcd.get(alive_key("hv2")).value)[
+            "watchdog"] == watchdog.TIMEOUT) else None, 20)
+    ha = start_domain(hv["libvirt_uri"], "ha")
+    node.run("kill", "-STOP", str(json.loads(kv.value)["pid"]))
+    stopped = time.monotonic()
+    wait_for("hv2 reset by its watchdog", lambda: not node.alive(), TTL + 5)
+    reset = time.monotonic()
+    lease_left = etcd.lease_info(kv.lease, keys=False)
+    wait_for("hv2's lease expired", lambda: etcd.get(alive_key("hv2")) is None, TTL + 5)
+    expired = time.monotonic()
+    print(f"\nhung at 0: reset at {reset - stopped:.2f} s, lease seen expired at "
+          f"{expired - stopped:.2f} s")
+    assert lease_left is not None, "the host was reset only after its lease expired"
+    assert expired > reset
+    log = (host.run / "node.log").read_text(errors="replace")
+    assert f"hv2: WATCHDOG: not petted for {watchdog.TIMEOUT} s: resetting the host" in log
+    yasco_lab("boot", "hv2")
+    wait_for("hv2 registered again", lambda: etcd.get(alive_key("hv2")), 20)
+    assert not is_running(hv["libvirt_uri"], ha)
     remove_domain(hv["libvirt_uri"], ha)
 
 

@@ -3,6 +3,7 @@ Ceph, run through ansible-playbook from the controller as an operator runs them.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -11,9 +12,11 @@ import uuid
 import libvirt
 import pytest
 
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from yasco_lab import layout, storage
+from yasco_lab.credentials import etcd_client
 
-from ..ansible_run import local_play, run_playbook
+from ..ansible_run import ROOT, local_play, run_playbook
 from .test_canary_vm import assert_one_unbroken_writer, wait_for_records
 
 
@@ -246,6 +249,53 @@ def test_a_host_fence_covers_every_client_on_it_until_lifted(lab, tmp_path):
     assert seen["fenced"] == [f"{host}:0/0"] and seen["not_fenced"] == []
     assert lifted["unblocklisted"] == [f"{host}:0/0"]
     assert gone["fenced"] == [] and gone["not_fenced"] == [f"{host}:0/0"]
+
+
+def test_a_recorded_fence_ceph_does_not_enforce_or_will_let_lapse_is_named(lab, tmp_path):
+    """An evacuation's fence lasts until it is lifted (ten years); Ceph keeps an
+    entry's first expiry, so it cannot be renewed in place. playbooks/fence_check.yml
+    passes while every fence etcd records is blocklisted for long enough, and fails
+    naming one lifted by hand or lapsing soon, adding nothing back."""
+    kept, short, lifted = "10.213.0.247", "10.213.0.246", "10.213.0.245"
+    records = {etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME): address
+               for host, address in (("ghost1", kept), ("ghost2", short),
+                                     ("ghost3", lifted))}
+    check = ROOT / "playbooks" / "fence_check.yml"
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        try:
+            rc, (fenced, again, brief) = play(
+                tmp_path, {"name": "fence", "yasco.cluster.ceph_fence": {
+                    "addresses": [kept]}},
+                {"name": "again", "yasco.cluster.ceph_fence": {
+                    "addresses": [kept], "expire": 600}},
+                {"name": "brief", "yasco.cluster.ceph_fence": {
+                    "addresses": [short], "expire": 3600}})
+            assert rc == 0
+            until = fenced["entries"][f"{kept}:0/0"]
+            assert until[:4] >= str(time.gmtime().tm_year + 9), until  # ten years
+            assert not again["changed"] and again["entries"][f"{kept}:0/0"] == until
+
+            first = next(iter(records))
+            etcd.put(first, json.dumps({"by": "test", "ceph_addrs": [kept]}))
+            rc, results = run_playbook(check, lab["inventory"])
+            assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+
+            for key, address in records.items():
+                etcd.put(key, json.dumps({"by": "test", "ceph_addrs": [address]}))
+            rc, results = run_playbook(check, lab["inventory"])
+            assert rc != 0
+            failed, = [r for r in results if r.get("failed")]
+            assert f"does not blocklist {lifted}:0/0" in failed["msg"], failed["msg"]
+            assert f"lets {short}:0/0 lapse within 15.0 days" in failed["msg"]
+            assert kept not in failed["msg"]
+            rc, (info,) = play(tmp_path, {"name": "info", "yasco.cluster.ceph_fence_info": {
+                "addresses": [kept, short, lifted]}})
+            assert info["not_fenced"] == [f"{lifted}:0/0"], "the check added an entry"
+        finally:
+            for key in records:
+                etcd.delete(key)
+            play(tmp_path, {"name": "lift", "yasco.cluster.ceph_fence": {
+                "state": "absent", "addresses": [kept, short]}})
 
 
 HOLDER = """

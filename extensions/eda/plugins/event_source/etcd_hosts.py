@@ -73,9 +73,19 @@ description:
     and C(raised). While an alarm stands etcd refuses every write but still renews
     leases; agents then keep their leases without rewriting their keys, and no lease
     is ended for a key that was not rewritten.
+  - Before etcd is full, it warns: every 10 seconds it reads each member's database
+    size, and emits C(etcd_space) when the members at or over O(etcd_space_warning)
+    percent of O(etcd_quota_bytes) change, with C(members) (each C(endpoint),
+    C(member), C(db_size) and C(percent)), C(over) (the endpoints over it) and
+    C(raised). C(playbooks/etcd_maintenance.yml) frees the space.
+  - Every O(fence_check_interval) seconds (a day) it emits C(fences_standing) for
+    the hosts whose storage fence etcd records (C(fences/<host>)), if any, and the
+    rulebook runs C(playbooks/fence_check.yml): a blocklist entry lifted by hand, or
+    one that expires, would leave etcd saying fenced while Ceph lets the host write.
   - Each event is C({"yasco": {...}}) with C(type) (C(host_down), C(host_up),
-    C(host_stable), C(maintenance), C(vm_recover) or C(etcd_alarm)), C(hosts) (the
-    hosts it is about, none for C(etcd_alarm)),
+    C(host_stable), C(maintenance), C(vm_recover), C(etcd_alarm), C(etcd_space) or
+    C(fences_standing)),
+    C(hosts) (the hosts it is about, none for C(etcd_alarm) and C(etcd_space)),
     C(down) (every hypervisor down now), C(cluster), C(revision), C(at), C(resync) and
     C(watcher).
 options:
@@ -127,6 +137,22 @@ options:
         recorded on a failed host make it reported C(host_down) again, 90).
     type: dict
     default: {}
+  etcd_quota_bytes:
+    description: The members' C(--quota-backend-bytes) (etcd does not say it), as
+      C(yasco_etcd_quota_bytes) for C(playbooks/etcd_maintenance.yml).
+    type: int
+    default: 2147483648
+  etcd_space_warning:
+    description: The share of O(etcd_quota_bytes), in percent, at which a member's
+      database raises C(etcd_space); V(0) turns the warning off.
+    type: float
+    default: 80
+  fence_check_interval:
+    description:
+      - Seconds between two C(fences_standing) events, the first one interval after
+        the watcher starts; V(0) turns them off.
+    type: float
+    default: 86400
   leader_ttl:
     description: The watchers' leader lease, in seconds.
     type: int
@@ -222,6 +248,8 @@ DISARM_CHECK = 1.0
 # How often etcd's alarms are read: well within an agent's TTL, so that a lease is
 # never ended for a key that a full etcd (alarm NOSPACE) kept its agent from writing.
 ALARM_CHECK = 1.0
+# How often each member's database size is read, against its quota.
+SPACE_CHECK = 10.0
 # How soon a host up for its hold-down whose agent missed a beat is looked at again.
 STABLE_RECHECK = 0.25
 
@@ -289,6 +317,14 @@ class Watcher:
         # no key counts as stale for what it missed until then.
         self.alarms: list[dict[str, str]] = []
         self.alarm_seen = float("-inf")
+        # The members' databases against their quota: the endpoints over the warning,
+        # as last reported, and a client per endpoint to read each member's size.
+        self.quota_bytes = int(args.get("etcd_quota_bytes") or 2147483648)
+        self.space_warning = float(args.get("etcd_space_warning", 80) or 0)
+        self.space_over: list[str] = []
+        self.members: dict[str, EtcdClient] = {}
+        # How often the fences etcd records are reported, to be checked, in seconds.
+        self.fence_check_every = float(args.get("fence_check_interval", 86400) or 0)
         self.ready = threading.Event()
         # The HA reconciler: how hard it tries, and what it remembers while leading.
         self.reconcile_every = float(args.get("reconcile_interval", 2.0))
@@ -418,6 +454,7 @@ class Watcher:
                 if item[0] == "leader":
                     self.memory = Memory()  # what an earlier leadership saw may be stale
                     self.alarms = []  # a standing alarm is reported again, by the leader
+                    self.space_over = []  # and a database nearly full
                     await self._resync(queue, reader)
                 elif item[0] == "compacted":
                     await self._read_hosts(queue, reader)
@@ -627,8 +664,17 @@ class Watcher:
         """Read etcd's alarms every ALARM_CHECK seconds; report each change as an
         `etcd_alarm` event. While NOSPACE stands, etcd refuses every write: agents
         keep their leases (a keepalive is no write) but cannot rewrite their keys, and
-        no VM can be started or moved."""
+        no VM can be started or moved. Every SPACE_CHECK seconds it also reads the
+        members' database sizes (`_check_space`)."""
+        space_checked, fences_reported = float("-inf"), self.loop.time()
         while True:
+            if self.space_warning and self.loop.time() >= space_checked + SPACE_CHECK:
+                space_checked = self.loop.time()
+                await self._check_space(queue)
+            if self.fence_check_every and \
+                    self.loop.time() >= fences_reported + self.fence_check_every:
+                fences_reported = self.loop.time()
+                await self._report_fences(queue, reader)
             try:
                 alarms = await asyncio.to_thread(reader.alarms)
             except EtcdError as err:
@@ -649,6 +695,59 @@ class Watcher:
                 await self._emit(queue, "etcd_alarm", [], always=True,
                                  details={"alarms": alarms, "raised": bool(alarms)})
             await asyncio.sleep(ALARM_CHECK)
+
+    async def _check_space(self, queue) -> None:
+        """Emit `etcd_space` when the members whose database is at or over
+        `space_warning` percent of the quota change: at the quota etcd raises NOSPACE
+        and refuses every write."""
+        sizes = await asyncio.to_thread(self._member_sizes)
+        over = sorted(m["endpoint"] for m in sizes if m["percent"] >= self.space_warning)
+        if over == self.space_over:
+            return
+        if over:
+            LOG.critical("etcd NEARLY FULL: %s at %s %% or more of the %d-byte quota; at "
+                         "the quota etcd refuses every write; compact and defragment "
+                         "now: playbooks/etcd_maintenance.yml (docs/production.md, etcd "
+                         "housekeeping)", ", ".join(over), f"{self.space_warning:g}",
+                         self.quota_bytes)
+        else:
+            LOG.warning("etcd's members are below %s %% of their quota again",
+                        f"{self.space_warning:g}")
+        self.space_over = over
+        await self._emit(queue, "etcd_space", [], always=True,
+                         details={"members": sizes, "over": over, "raised": bool(over),
+                                  "quota_bytes": self.quota_bytes})
+
+    async def _report_fences(self, queue, reader: EtcdClient) -> None:
+        """Emit `fences_standing` for the hosts whose storage fence etcd records:
+        the rulebook checks that Ceph still blocklists them (playbooks/fence_check.yml)."""
+        prefix = etcd_keys.fences_prefix(cluster=self.cluster)
+        try:
+            records = await asyncio.to_thread(reader.get_prefix, prefix)
+        except EtcdError as err:
+            LOG.warning("reading the fences: %s; again in %.0f s", err, self.fence_check_every)
+            return
+        hosts = sorted(kv.key[len(prefix):] for kv in records)
+        if hosts:
+            await self._emit(queue, "fences_standing", hosts)
+
+    def _member_sizes(self) -> list[dict[str, Any]]:
+        """Each member's database size, as its own status says; a member that does
+        not answer is left out (it holds no quota it could exceed unseen for long:
+        its alarm, once raised, is the cluster's)."""
+        sizes = []
+        for endpoint in self.endpoints:
+            if endpoint not in self.members:
+                self.members[endpoint] = _client({**self.args, "endpoints": [endpoint]}, 1.0)
+            try:
+                status = self.members[endpoint].status()
+            except EtcdError as err:
+                LOG.info("reading the size of %s: %s", endpoint, err)
+                continue
+            sizes.append({"endpoint": endpoint, "member": status["member"],
+                          "db_size": status["db_size"],
+                          "percent": round(100 * status["db_size"] / self.quota_bytes, 1)})
+        return sizes
 
     async def _report_stable(self, queue) -> None:
         """host_stable for each host up on the same lease for hold_down seconds, once

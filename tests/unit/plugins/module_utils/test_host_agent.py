@@ -38,12 +38,47 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
     ({"tll": 5}, "agent.yml: unknown setting(s) tll; known: host, endpoints, cluster, ttl, "
                  "margin, libvirt_uri, address, ceph_addrs, reconcile, keepalive, fence_wait, "
                  "shutdown_policy, shutdown_timeout, ca_cert, "
-                 "client_cert, client_key, username, password"),
+                 "client_cert, client_key, username, password, watchdog_device, "
+                 "watchdog_timeout"),
+    ({"watchdog_timeout": 4}, "agent.yml: watchdog_timeout 4 must be whole seconds from 1 "
+                              "to 3 (ttl - margin), or 0 for 3: a longer one could reset "
+                              "the host after its lease expired"),
+    ({"watchdog_timeout": 2.5}, "agent.yml: watchdog_timeout 2.5 must be whole seconds "
+                                "from 1 to 3 (ttl - margin), or 0 for 3: a longer one "
+                                "could reset the host after its lease expired"),
 ])
 def test_a_bad_setting_is_named(changes, message):
     with pytest.raises(ConfigError) as err:
         AgentConfig.from_mapping({**GOOD, **changes}, "agent.yml")
     assert str(err.value) == message
+
+
+def test_the_watchdog_timeout_defaults_to_the_longest_that_resets_in_time():
+    assert AgentConfig.from_mapping({**GOOD, "ttl": 8, "margin": 1.5},
+                                    "agent.yml").watchdog_timeout == 6
+    assert AgentConfig.from_mapping({**GOOD, "watchdog_timeout": 2},
+                                    "agent.yml").watchdog_timeout == 2
+
+
+@pytest.mark.parametrize(("now", "holding", "may"), [
+    (0.0, True, True),      # just renewed
+    (1.25, True, True),     # a reset 3 s away still lands 0.75 s before expiry at 5
+    (1.26, True, False),    # it might not: the self-fence at 3.5, or the reset, acts
+    (3.5, True, False),     # the self-fence deadline (ttl - margin)
+    (10.0, False, True),    # no lease: self-fenced, frozen or stopping
+])
+def test_the_watchdog_is_petted_only_while_a_reset_would_come_before_expiry(
+        now, holding, may):
+    assert host_agent.watchdog_may_pet(now, last_ok=0.0, ttl=5.0, margin=1.5, timeout=3,
+                                       holding=holding) is may
+
+
+def test_a_missing_watchdog_device_is_named_with_what_to_do(tmp_path):
+    from ansible_collections.yasco.cluster.plugins.module_utils import hw_watchdog
+    with pytest.raises(hw_watchdog.WatchdogError, match=(
+            f"watchdog device {tmp_path}/watchdog: No such file or directory: load a driver "
+            r"\(modprobe softdog, iTCO_wdt or ipmi_watchdog\)")):
+        hw_watchdog.Watchdog(str(tmp_path / "watchdog"), 3)
 
 
 def test_a_bad_shutdown_policy_is_named_with_the_allowed_ones():
