@@ -4,6 +4,7 @@ agent touches etcd or libvirt. Its behaviour on a cluster is tested on the lab
 
 from __future__ import annotations
 
+import ast
 import re
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import host_agent
 from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
@@ -144,3 +146,26 @@ def test_with_etcd_out_of_reach_the_agent_keeps_retrying_and_stops_cleanly(tmp_p
     assert [int(s) for s in retries[:2]] == [2, 3]  # doubling from ttl/3, rounded
     assert "cannot mark maintenance before stopping" in stderr
     assert "SELF-FENCE" in stderr  # what it does instead, with no lease left to revoke
+
+
+def test_the_agent_role_installs_every_module_the_agent_imports():
+    """The role copies a list of module_utils files to each hypervisor: one the agent
+    imports and the list lacks would make the installed agent fail at its start."""
+    module_utils = Path(host_agent.__file__).parent
+    prefix = "ansible_collections.yasco.cluster.plugins.module_utils"
+    needed, todo = set(), ["host_agent"]
+    while todo:
+        name = todo.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        tree = ast.parse((module_utils / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == prefix:
+                todo += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and (
+                    node.module or "").startswith(prefix + "."):
+                todo.append(node.module.rsplit(".", 1)[1])
+    installed = yaml.safe_load((ROOT / "roles" / "agent" / "vars" / "main.yml").read_text())[
+        "agent_sources"]
+    assert sorted(f"{name}.py" for name in needed) == sorted(installed)
