@@ -70,6 +70,45 @@ def test_every_module_and_filter_documents_itself():
             assert doc["examples"], name
 
 
+def test_the_event_source_documents_itself_and_every_argument_it_reads():
+    """ansible-doc has no event source type, so nothing else parses its
+    DOCUMENTATION: it must be valid YAML and name exactly the arguments the source
+    reads (args.get("..."), and the connection options it takes from _ENVIRONMENT)."""
+    import ast
+    import re
+    import yaml
+    path = REPO / "extensions" / "eda" / "plugins" / "event_source" / "etcd_hosts.py"
+    text = path.read_text()
+    tree = ast.parse(text)
+    values = {node.targets[0].id: node.value for node in tree.body
+              if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+    doc = yaml.safe_load(values["DOCUMENTATION"].value)
+    assert doc["short_description"] and doc["description"]
+    read = set(re.findall(r'args(?:\.get\(|\[)"([a-z_]+)"', text))
+    read |= set(ast.literal_eval(values["_ENVIRONMENT"]))
+    assert sorted(doc["options"]) == sorted(read)
+    for name, option in doc["options"].items():
+        assert option["description"] and option.get("type"), name
+    yaml.safe_load(values["EXAMPLES"].value)
+
+
+def test_each_module_is_in_the_action_groups_of_the_connections_it_takes():
+    """module_defaults: {group/yasco.cluster.ceph: ...} sets the Ceph options of every
+    module in that group: a module is in the group of each connection doc fragment it
+    extends (ceph, etcd, libvirt), and in no other, whose options it would not take."""
+    import ast
+    import yaml
+    groups = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["action_groups"]
+    for path in sorted((REPO / "plugins" / "modules").glob("*.py")):
+        doc = next(yaml.safe_load(node.value.value) for node in ast.parse(
+            path.read_text()).body if isinstance(node, ast.Assign)
+            and node.targets[0].id == "DOCUMENTATION")
+        takes = {name.split(".")[-1] for name in doc.get("extends_documentation_fragment", [])
+                 if name.split(".")[-1] in groups}
+        within = {group for group, members in groups.items() if path.stem in members}
+        assert within == takes, f"{path.stem}: in {sorted(within)}, takes {sorted(takes)}"
+
+
 def test_playbooks_roles_and_scenarios_pass_ansible_lint_production_profile():
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     result = run(str(BIN / "ansible-lint"), "--offline", "--profile", "production",

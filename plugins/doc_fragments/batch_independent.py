@@ -22,7 +22,7 @@ options:
     description:
       - With a list of items, how many run at once, started in the list's order.
         Each runs over its own connection.
-      - C(1) runs them one after another.
+      - V(1) runs them one after another.
     type: int
     default: 1
     version_added: 0.1.0

@@ -56,13 +56,11 @@ notes:
     failover; it is for inventories of large clusters read often.
   - Plays for hypervisors should name C(yasco_hypervisors) (or a child group) and plays
     for VMs C(yasco_vm_records), since both kinds of hosts are in C(all).
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - plugin: yasco.cluster.etcd
     plugin_type: lookup
   - module: yasco.cluster.etcd_key
-  - name: The cluster's keys in etcd
-    description: docs/etcd-schema.md in the collection.
-    link: https://github.com/yasco/cluster/blob/main/docs/etcd-schema.md
 """
 
 EXAMPLES = r"""

@@ -67,13 +67,12 @@ options:
       - name: yasco_etcd_timeout
 extends_documentation_fragment:
   - yasco.cluster.etcd.plugins
+notes:
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.etcd_key
   - plugin: yasco.cluster.etcd
     plugin_type: inventory
-  - name: The cluster's keys in etcd
-    description: docs/etcd-schema.md in the collection.
-    link: https://github.com/yasco/cluster/blob/main/docs/etcd-schema.md
 """
 
 EXAMPLES = r"""

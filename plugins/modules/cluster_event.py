@@ -65,11 +65,10 @@ attributes:
   platform:
     support: full
     platforms: posix
+notes:
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.cluster_status
-  - name: The cluster's keys in etcd
-    description: docs/etcd-schema.md in the collection.
-    link: https://github.com/yasco/cluster/blob/main/docs/etcd-schema.md
 """
 
 EXAMPLES = r"""

@@ -72,11 +72,9 @@ requirements:
   - numpy
 notes:
   - The playbook C(playbooks/report.yml) reads the history from etcd and runs this.
+  - The report, in C(docs/report.md) of the collection.
 seealso:
   - module: yasco.cluster.cluster_status
-  - name: The report
-    description: docs/report.md in the collection.
-    link: https://github.com/yasco/cluster/blob/main/docs/report.md
 """
 
 EXAMPLES = r"""

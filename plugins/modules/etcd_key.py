@@ -101,14 +101,12 @@ notes:
   - When the key already holds O(value) bound to O(lease), nothing changes and
     O(if_revision) and O(if_value) are not checked, so that running the task again
     after it succeeded does not fail.
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.etcd_key_info
   - module: yasco.cluster.etcd_lease
   - plugin: yasco.cluster.etcd
     plugin_type: lookup
-  - name: The cluster's keys in etcd
-    description: docs/etcd-schema.md in the collection.
-    link: https://github.com/yasco/cluster/blob/main/docs/etcd-schema.md
 """
 
 EXAMPLES = r"""

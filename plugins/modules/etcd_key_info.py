@@ -47,14 +47,13 @@ attributes:
   platform:
     support: full
     platforms: posix
+notes:
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.etcd_key
   - plugin: yasco.cluster.etcd
     plugin_type: lookup
     description: Reads keys into templates and conditions on the controller.
-  - name: The cluster's keys in etcd
-    description: docs/etcd-schema.md in the collection.
-    link: https://github.com/yasco/cluster/blob/main/docs/etcd-schema.md
 """
 
 EXAMPLES = r"""

@@ -115,8 +115,8 @@ options:
               bus) and a letter by position.
             type: str
           bus:
-            description: The bus; C(virtio) for disks by default, and for CD-ROMs C(ide)
-              (C(sata) on a q35 machine).
+            description: The bus; V(virtio) for disks by default, and for CD-ROMs V(ide)
+              (V(sata) on a q35 machine).
             type: str
           cache:
             description:

@@ -42,12 +42,12 @@ options:
     default: present
   size:
     description:
-      - The size, in bytes or with a binary unit (C(512M), C(10G), C(1T)).
+      - The size, in bytes or with a binary unit (V(512M), V(10G), V(1T)).
       - Required to create a blank image. An image is never shrunk unless O(force).
     type: raw
   features:
     description:
-      - RBD features, for example C([layering, exclusive-lock, object-map, fast-diff]).
+      - RBD features, for example V([layering, exclusive-lock, object-map, fast-diff]).
       - At creation, any; later only C(exclusive-lock), C(object-map), C(fast-diff) and
         C(journaling) can be switched. Default is the cluster's default features.
     type: list

@@ -102,10 +102,7 @@ requirements:
 notes:
   - The map is checked against every invariant by a checker independent of the
     planner before it is written.
-seealso:
-  - name: The VDM schema and invariants
-    description: docs/vdm.md in the collection.
-    link: https://github.com/yasco/cluster/blob/main/docs/vdm.md
+  - The VDM schema and invariants, in C(docs/vdm.md) of the collection.
 """
 
 EXAMPLES = r"""

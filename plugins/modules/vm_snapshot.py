@@ -35,7 +35,7 @@ options:
     required: true
   snapshot:
     description: The snapshot's name; by default O(prefix) and the time, in UTC, such
-      as C(yasco-20261122T210000Z).
+      as V(yasco-20261122T210000Z).
     type: str
   prefix:
     description: What this module's snapshots are named with, and the only ones
@@ -56,8 +56,8 @@ options:
       disk, the new one included; by default, all.
     type: int
   max_age:
-    description: Remove snapshots named with O(prefix) older than this, such as C(7d),
-      C(12h) or seconds; by default none is too old.
+    description: Remove snapshots named with O(prefix) older than this, such as V(7d),
+      V(12h) or seconds; by default none is too old.
     type: raw
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
