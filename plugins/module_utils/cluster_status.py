@@ -92,12 +92,14 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
             seen.setdefault(dom, []).append((name, state))
         registered = stored.get(etcd_keys.registered_key(name, cluster=cluster))
         fence = stored.get(etcd_keys.fence_key(name, cluster=cluster))
+        beat = (from_json(alive.value, alive.key) or {}) if alive is not None else {}
         hosts.append({
             "name": name,
             "uri": uri,
             # This registration's boot: a return home tells a reboot from a reconnect.
-            "boot_id": (from_json(alive.value, alive.key) or {}).get("boot_id")
-            if alive is not None else None,
+            "boot_id": beat.get("boot_id"),
+            # The agent's hardware watchdog: its timeout while armed, else null.
+            "watchdog": beat.get("watchdog"),
             "registered": from_json(registered.value, registered.key) if registered else None,
             "alive": alive is not None,
             "lease_ttl": ttl,
@@ -136,10 +138,12 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                     "record": records.get(name)})
     host_table = _table([[h["name"], "yes" if h["alive"] else "NO",
                           "-" if h["lease_ttl"] is None else h["lease_ttl"],
+                          "-" if not h["alive"] else f"{h['watchdog']} s" if h["watchdog"]
+                          else "none",
                           "yes" if h["fenced"] else "no", "yes" if h["maintenance"] else "no",
                           h["libvirt"], len(h["domains"])] for h in hosts],
-                        ["hypervisor", "alive", "lease ttl", "fenced", "maintenance",
-                         "libvirt", "domains"])
+                        ["hypervisor", "alive", "lease ttl", "watchdog", "fenced",
+                         "maintenance", "libvirt", "domains"])
     vm_table = _table([[v["name"], v["kind"], v["home"] or "-", v["recorded_host"] or "-",
                         v["recorded_state"] or "-", ",".join(v["running_on"]) or "-",
                         v["requested"] or "-"]

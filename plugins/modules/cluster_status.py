@@ -81,6 +81,7 @@ hypervisors:
   description: Per hypervisor, C(name), C(uri), C(registered) (what its agent last
     registered, such as C(address) and C(ceph_addrs), or null), C(alive),
     C(boot_id) (the boot its agent runs in now, or null when not alive),
+    C(watchdog) (the timeout of the hardware watchdog its agent keeps armed, or null),
     C(lease_ttl), C(fenced), C(fence) (its C(fences/<host>) record, or null),
     C(maintenance), C(maintenance_marker) (its marker, which says who set it, or
     null), C(libvirt) (reachable or not) and C(domains).

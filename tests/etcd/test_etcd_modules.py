@@ -417,7 +417,8 @@ def test_status_reads_what_the_agents_publish_as_of_one_revision(etcd, playbook)
     root = f"/yasco/{cluster}"
     client = etcd.client()
     lease = client.grant_lease(60).id
-    client.put_json(f"{root}/hosts/hv1/alive", {"boot_id": "b-now", "ttl": 5}, lease=lease)
+    client.put_json(f"{root}/hosts/hv1/alive", {"boot_id": "b-now", "ttl": 5, "watchdog": 3},
+                    lease=lease)
     client.put_json(f"{root}/hosts/hv1/registered", {"ceph_addrs": ["10.1.0.1"]})
     client.put_json(f"{root}/hosts/hv1/domains/web", {"state": "running"}, lease=lease)
     client.put_json(f"{root}/hosts/hv2/registered", {"ceph_addrs": ["10.1.0.2"]})
@@ -436,6 +437,9 @@ def test_status_reads_what_the_agents_publish_as_of_one_revision(etcd, playbook)
     assert (hosts["hv1"]["alive"], hosts["hv1"]["boot_id"], hosts["hv1"]["domains"]) == (
         True, "b-now", ["web"])
     assert 0 < hosts["hv1"]["lease_ttl"] <= 60
+    assert (hosts["hv1"]["watchdog"], hosts["hv2"]["watchdog"]) == (3, None)
+    assert [line.split()[3] for line in status["table"].splitlines()
+            if line.startswith(("hv1 ", "hv2 "))] == ["3", "-"]
     assert hosts["hv1"]["registered"] == {"ceph_addrs": ["10.1.0.1"]}
     assert (hosts["hv2"]["alive"], hosts["hv2"]["fence"]["boot_id"]) == (False, "b-old")
     assert hosts["hv2"]["libvirt"] == "not alive" and hosts["hv3"]["maintenance"]
