@@ -22,13 +22,15 @@ from .network import ip
 
 # PID 1 of a node must reap the orphans it inherits (daemons double-fork into it).
 # PID 1 ignores signals it has no handler for, so only SIGKILL from outside stops it.
-# It also serves the host's emulated hardware watchdog (watchdog.py), loaded by its
-# path before the node's mounts can hide it, and exits when that fires: a reset.
+# It also serves the host's emulated hardware watchdog (watchdog.py) and exits when
+# that fires: a reset. The watchdog's source travels in the command line: the node's
+# boot mounts a fresh /tmp at once, which would hide a checkout under /tmp from a
+# PID 1 that had not read the file yet.
+_WATCHDOG = (Path(__file__).with_name("watchdog.py")).read_text()
 _REAPER = f"""
-import importlib.util, os, sys, threading, time
-spec = importlib.util.spec_from_file_location("watchdog", {str(Path(__file__).with_name("watchdog.py"))!r})
-watchdog = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(watchdog)
+import os, sys, threading, time, types
+watchdog = types.ModuleType("watchdog")
+exec(compile({_WATCHDOG!r}, "yasco_lab/watchdog.py", "exec"), watchdog.__dict__)
 threading.Thread(target=watchdog.serve_and_reset, args=(sys.argv[-1],), daemon=True).start()
 while True:
     try:
