@@ -86,7 +86,9 @@ def test_an_agent_started_without_etcd_destroys_its_ha_domains_before_a_ttl(runn
             "the HA domain still runs: the agent never self-fenced")
         assert time.monotonic() - started < TTL, "self-fenced after the old lease's expiry"
         assert running.active("plain")
-        assert agent.fences and agent.fences[0]["destroyed"] == [running.names["ha"]]
+        # the fence is recorded just after its destroys return: wait for the record
+        assert wait_for(lambda: agent.fences, 5), "the self-fence destroyed but was never recorded"
+        assert agent.fences[0]["destroyed"] == [running.names["ha"]]
     finally:
         stop_agent(agent)
 
