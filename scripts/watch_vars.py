@@ -24,6 +24,7 @@ from ansible.vars.manager import VariableManager
 # What the rulebook reads, beside yasco_etcd_endpoints and yasco_cluster_name.
 PASSWORD = "yasco_etcd_watcher_password"
 OPTIONAL = ("yasco_return_hold_down", "yasco_recovery", "yasco_reconcile_interval",
+            "yasco_watcher_metrics_listen", "yasco_etcd_quota_bytes",
             "yasco_etcd_ca_cert", "yasco_etcd_watcher_client_cert",
             "yasco_etcd_watcher_client_key", "yasco_etcd_watcher_username", PASSWORD)
 

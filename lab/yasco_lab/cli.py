@@ -21,6 +21,8 @@ def _print_status(info: dict) -> None:
     ceph = info["ceph"]
     print(f"ceph   {ceph['address']:<14} {ceph['health']:<12} pool {ceph['pool']}, "
           f"conf {ceph['conf']}")
+    if info.get("prometheus"):
+        print(f"metrics at {info['prometheus']} (Prometheus: agents, HA watcher, alerts)")
     print(f"guests run under {info['virt_type']}; inventory {info['inventory']}")
 
 

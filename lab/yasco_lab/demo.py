@@ -26,7 +26,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
-from . import lab, layout, storage
+from . import lab, layout, prometheus, storage
 from .credentials import etcd_client
 from .errors import LabError
 from .waiting import wait_until
@@ -304,6 +304,76 @@ def summary(vdm: dict, host: str, failover: dict, back: dict) -> None:
           "of the guest during its live migration home")
 
 
+def show_metrics(vdm: dict, host: str, crashed: float, picture: Path) -> None:
+    """What the lab's Prometheus saw from the agents and the watcher, from just before
+    the crash to now: the alerts that fired, how long the host and each HA VM were
+    down by its samples, and a picture of those series."""
+    start, end = crashed - 10, time.time()
+    alerts = prometheus.query_range('ALERTS{alertstate="firing"}', start, end)
+    fired = sorted({(r["metric"]["alertname"],
+                     r["metric"].get("host") or r["metric"].get("vm", "")) for r in alerts})
+    for name, about in fired:
+        print(f"  alert {name} fired ({about})")
+    series = {
+        f"{host} up": f'yasco_host_up{{host="{host}"}}',
+        **{f"{vm} down": f'yasco_ha_vm_down{{vm="{vm}"}}'
+           for vm in sorted(vdm["failover"][host])},
+        "HA VMs down": "sum(yasco_ha_vm_down)",
+        "HA VMs by host": 'sum by (host) (yasco_agent_domains{kind="ha"})'}
+    found = {label: prometheus.query_range(expr, start, end) for label, expr in series.items()}
+
+    def seconds(label: str, value: float) -> int:  # samples are a second apart
+        return sum(float(v) == value for one in found[label] for dummy, v in one["values"])
+
+    print(f"  {host} held no lease for about {seconds(f'{host} up', 0.0)} s")
+    for vm in sorted(vdm["failover"][host]):
+        print(f"  HA VM {vm} ran nowhere for about {seconds(f'{vm} down', 1.0)} s")
+    _plot(found, host, crashed, start, end, picture)
+    print(f"  {picture}: those series over the failover and the return home; "
+          f"Prometheus itself at {prometheus.url()}")
+
+
+def _plot(found: dict[str, list], host: str, crashed: float, start: float, end: float,
+          picture: Path) -> None:
+    """Three panels on one time axis (seconds from the crash): the host's lease, the HA
+    VMs running nowhere, and the HA VMs each host runs, stacked. A host that does not
+    answer its scrape runs nothing; a watcher not yet scraped leaves a gap."""
+    import matplotlib  # pylint: disable=import-outside-toplevel  # only the demo draws
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+
+    steps = [start + i for i in range(int(end - start) + 1)]
+
+    def on_steps(one: dict, missing: float = float("nan")) -> list[float]:
+        values = {round(float(t)): float(v) for t, v in one["values"]}
+        return [values.get(round(t), missing) for t in steps]
+
+    x = [t - crashed for t in steps]
+    figure, panels = pyplot.subplots(3, 1, figsize=(10, 7), sharex=True,
+                                     gridspec_kw={"height_ratios": [1, 1, 2]})
+    for axes, label, colour in ((panels[0], f"{host} up", "tab:blue"),
+                                (panels[1], "HA VMs down", "tab:red")):
+        for one in found[label]:
+            axes.step(x, on_steps(one), where="post", color=colour)
+        axes.set_ylabel(label + (" (as the watcher knows)" if "down" in label else ""),
+                        fontsize="small")
+    by_host = sorted(found["HA VMs by host"], key=lambda one: one["metric"]["host"])
+    panels[2].stackplot(x, *[on_steps(one, 0.0) for one in by_host], step="post",
+                        labels=[one["metric"]["host"] for one in by_host])
+    panels[2].set_ylabel("HA VMs running, by host", fontsize="small")
+    panels[2].legend(loc="lower left", fontsize="small")
+    panels[2].set_xlabel(f"seconds from {host}'s crash")
+    panels[0].set_title(f"{host} crashed at 0 s, as the lab's Prometheus scraped the agents "
+                        "and the HA watcher", fontsize="medium")
+    panels[0].set_yticks([0, 1])
+    for axes in panels:
+        axes.grid(alpha=0.3)
+        axes.axvline(0, color="black", linewidth=0.8)
+    figure.tight_layout()
+    figure.savefig(picture, dpi=100)
+    pyplot.close(figure)
+
+
 def main() -> int:
     sys.stdout.reconfigure(line_buffering=True)
     started = time.monotonic()
@@ -339,13 +409,22 @@ def main() -> int:
         with etcd_client(info["etcd_endpoints"]) as etcd:
             watcher = start_watcher(etcd, logs / "watcher.log", clock)
             try:
+                if info.get("prometheus"):
+                    # The metrics' picture starts from the cluster healthy, as scraped.
+                    wait_until("Prometheus to scrape the leading watcher",
+                               lambda: prometheus.query("yasco_watcher_leader == 1"), 60)
+                    time.sleep(5)
                 section(f"Crash {host}")
+                crashed = time.time()
                 failover = narrate_failover(etcd, vdm, host, logs / "watcher.log")
                 section(f"Boot {host}: return home")
                 back = narrate_return(etcd, vdm, host)
             finally:
                 stop_watcher(watcher)
         summary(vdm, host, failover, back)
+        if info.get("prometheus"):
+            section("Metrics: what Prometheus scraped, and the alerts it raised")
+            show_metrics(vdm, host, crashed, logs / "metrics.png")
 
         section("Report")
         report_dir = logs / "report"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
 
-from . import credentials, etcd, pki, watchdog
+from . import credentials, etcd, pki, prometheus, watchdog
 from .ceph import client_conf, secret_key
 from .errors import LabError
 from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
@@ -233,6 +233,7 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
               "margin": AGENT_MARGIN, "address": host.address, "ceph_addrs": [host.address],
               # The canaries ignore ACPI: failing over on a poweroff powers them off.
               "shutdown_timeout": 3,
+              "metrics_listen": prometheus.agent_listen(host),
               **user.options([host.etcd_client_url, *others])}
     if with_watchdog:
         config.update(watchdog_device=watchdog.WATCHDOG_PATH,

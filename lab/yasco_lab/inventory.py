@@ -10,7 +10,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
 
-from . import credentials, hypervisor
+from . import credentials, hypervisor, prometheus
 from .layout import (CEPH_FENCE_CLIENT, CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL,
                      CEPH_PROVISION_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
                      ceph_address, ceph_conf_path, ceph_keyring_path, inventory_dir,
@@ -65,6 +65,8 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
     group_vars = {
         "yasco_cluster_name": CLUSTER_NAME,
         "yasco_etcd_endpoints": [h.etcd_client_url for h in hosts],
+        # The lab's Prometheus scrapes the watcher there (yasco-lab status names it).
+        "yasco_watcher_metrics_listen": prometheus.watcher_listen(),
         # The playbooks as the controller, status.yml as the reader, and the HA
         # watcher's own source as the watcher.
         **_etcd_vars("yasco_etcd", credentials.EtcdUser(etcd_access.CONTROLLER_ROLE)),

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import (canary, ceph, credentials, etcd, hypervisor, inventory, network, node,
-               sshkeys)
+               prometheus, sshkeys)
 from .errors import LabError
 from .layout import (BRIDGE, CEPH_POOL, CEPH_SECRET_UUID, MAX_HOSTS, PREFIX_LEN, HostLayout, ceph_address,
                      ceph_admin_keyring_path, ceph_conf_path, canary_dir, ceph_dir,
@@ -132,7 +132,7 @@ def _teardown(state: LabState | None) -> None:
             if n is not None and n.alive():
                 pids += [n.init_pid, n.unshare_pid]
     node.kill_pids(sorted(set(pids)))
-    for name in [CEPH_NODE] + host_names(MAX_HOSTS):
+    for name in [CEPH_NODE, prometheus.NODE] + host_names(MAX_HOSTS):
         network.delete_link(veth_name(name))
     network.delete_bridge()
 
@@ -194,6 +194,17 @@ def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
         etcd.enable_access(hosts)
         for host in hosts:
             hypervisor.wait_ready(nodes[host.name], host, timeout=60)
+        if prometheus.installed():
+            log(f"starting Prometheus at {prometheus.url()} (the agents' and the HA "
+                "watcher's metrics, the collection's alerting rules)")
+            metrics = prometheus.spawn(hosts)
+            state.remember(metrics)
+            state.save()
+            node.attach(metrics, veth_name(prometheus.NODE), prometheus.address(), PREFIX_LEN,
+                        prometheus.NODE)
+            prometheus.run(metrics)
+        else:
+            log("Prometheus is not installed (make setup installs it): no metrics scraped")
         state.virt_type = probe.result()
     state.complete = True
     state.save()
@@ -369,7 +380,12 @@ def status() -> dict:
         "canary": state.canary,
         "inventory": str(inventory_dir()),
         "ssh_key": str(ssh_key_path()),
+        "prometheus": prometheus.url() if _alive(state.node(prometheus.NODE)) else None,
     }
+
+
+def _alive(n: node.Node | None) -> bool:
+    return n is not None and n.alive()
 
 
 def ceph_secret(name: str, present: bool) -> None:

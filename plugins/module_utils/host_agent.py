@@ -50,7 +50,7 @@ import time
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import (
-    cluster_events, etcd_keys, hw_watchdog)
+    cluster_events, etcd_keys, hw_watchdog, metrics)
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     EtcdClient, EtcdError, NoSpace, json_or_none, to_json)
@@ -107,6 +107,9 @@ class AgentConfig:
     # in whole seconds, 0 for the longest that still resets the host in time.
     watchdog_device: str = ""
     watchdog_timeout: int = 0
+    # Where to serve Prometheus metrics (docs/observability.md), address:port; empty
+    # for none.
+    metrics_listen: str = ""
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> AgentConfig:
@@ -159,6 +162,11 @@ class AgentConfig:
                               f"{longest}: a longer one could reset the host after its "
                               "lease expired")
         self.watchdog_timeout = self.watchdog_timeout or longest
+        if self.metrics_listen:
+            try:
+                metrics.parse_listen(self.metrics_listen, f"{where}: metrics_listen")
+            except metrics.MetricsError as err:
+                raise ConfigError(str(err)) from err
 
 
 def watchdog_may_pet(now: float, last_ok: float, ttl: float, margin: float, timeout: float,
@@ -258,6 +266,12 @@ class Agent:
         self.no_space = False  # etcd's last answer to the rewrite: its database is full
         self.watchdog: hw_watchdog.Watchdog | None = None
         self.stopped_cleanly = False  # a planned stop that left no HA VM at risk
+        # What the metrics show beyond the state above: self-fences since the start and
+        # the HA domains they destroyed, and the domains as the publisher last read
+        # them (name -> (kind, state)).
+        self.fence_count = 0
+        self.fenced_domains = 0
+        self.domains: dict[str, tuple[str, str]] = {}
 
     def _client(self) -> EtcdClient:
         c = self.config
@@ -469,6 +483,9 @@ class Agent:
         with self.lock:
             if first or destroyed:
                 self.fences.append({"at": done, "destroyed": destroyed})
+                self.fence_count += int(first)
+                self.fenced_domains += len(destroyed)
+                self.domains = {n: d for n, d in self.domains.items() if n not in destroyed}
             if first:
                 self.given_up, self.lease, self.disconnected = self.lease, 0, True
                 self.unregistered = False
@@ -492,8 +509,10 @@ class Agent:
                     conn.domainEventRegisterAny(
                         None, lv.libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                         lambda *args: self.wake_publisher.set(), None)
-                running = {d.name(): lv.domain_state(d) for d in conn.listAllDomains(
-                    lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)}
+                active = conn.listAllDomains(lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+                running = {d.name(): lv.domain_state(d) for d in active}
+                self.domains = {d.name(): (lv.domain_kind(d) or "unmanaged", running[d.name()])
+                                for d in active}
                 if current != lease:  # keys of an older lease: stale, or gone with it
                     published, lease = {}, current
                     for kv in etcd.get_prefix(self.keys["domains"]):
@@ -532,8 +551,62 @@ class Agent:
         LOG.info("watchdog %s armed: %s s, petted while the lease is surely valid",
                  self.watchdog.path, self.watchdog.timeout)
 
+    def serve_metrics(self) -> None:
+        """Serve metrics when configured; without them the agent runs all the same."""
+        if not self.config.metrics_listen:
+            return
+        try:
+            metrics.serve(self.config.metrics_listen, self.metric_families,
+                          "agent: metrics_listen")
+        except metrics.MetricsError as err:
+            LOG.error("NO METRICS: %s", err)
+            return
+        LOG.info("metrics at http://%s/metrics", self.config.metrics_listen)
+
+    def metric_families(self) -> list[metrics.Family]:
+        """What the agent knows now, as Prometheus metric families."""
+        host = self.config.host
+        with self.lock:
+            held = bool(self.lease)
+            age = self.clock() - self.last_ok
+            frozen, fences, destroyed = self.frozen, self.fence_count, self.fenced_domains
+        domains = metrics.gauge("agent_domains", "Domains running here, by kind and state.")
+        counts: dict[tuple[str, str], int] = {}
+        for kind, state in list(self.domains.values()):
+            counts[(kind, state)] = counts.get((kind, state), 0) + 1
+        for (kind, state), count in sorted(counts.items()):
+            domains.add(count, host=host, kind=kind, state=state)
+        watchdog = self.watchdog.timeout if self.watchdog and self.watchdog.fd >= 0 else 0
+        return [
+            metrics.gauge("agent_info", "The agent's version.", 1, host=host, version=VERSION),
+            metrics.gauge("agent_start_time_seconds", "When the agent started (Unix time).",
+                          self.started, host=host),
+            metrics.gauge("agent_lease_held", "1 while the agent holds its etcd lease.",
+                          int(held), host=host),
+            metrics.gauge("agent_keepalive_age_seconds", "Seconds since the last etcd "
+                          "keepalive that succeeded; the agent self-fences at ttl - margin.",
+                          age, host=host),
+            metrics.gauge("agent_lease_ttl_seconds", "The agent's lease TTL.",
+                          self.config.ttl, host=host),
+            metrics.gauge("agent_self_fence_after_seconds", "Keepalive age at which the "
+                          "agent self-fences (ttl - margin).",
+                          self.config.ttl - self.config.margin, host=host),
+            metrics.counter("agent_self_fences", "Self-fences since the agent started.",
+                            fences, host=host),
+            metrics.counter("agent_self_fenced_domains", "HA domains the self-fences "
+                            "destroyed since the agent started.", destroyed, host=host),
+            metrics.gauge("agent_ha_frozen", "1 while HA is disarmed in freeze mode: losing "
+                          "etcd destroys no HA VM here.", int(frozen), host=host),
+            metrics.gauge("agent_etcd_full", "1 while etcd refuses the agent's writes "
+                          "(NOSPACE).", int(self.no_space), host=host),
+            metrics.gauge("agent_watchdog_timeout_seconds", "The armed hardware watchdog's "
+                          "timeout, 0 when none is armed.", watchdog, host=host),
+            domains,
+        ]
+
     def run(self) -> None:
         self.open_watchdog()
+        self.serve_metrics()
         _start_libvirt_event_loop()
         threads = [threading.Thread(target=target, name=target.__name__, daemon=True)
                    for target in (self.heartbeat, self.fencer, self.publisher)]
@@ -677,11 +750,19 @@ def _by_agent(value: str) -> bool:
     return isinstance(data, dict) and data.get("by") == "agent"
 
 
+_EVENT_LOOP: list[threading.Thread] = []
+
+
 def _start_libvirt_event_loop() -> None:
+    """libvirt's default event loop, which the publisher's domain events need; once
+    per process."""
+    if _EVENT_LOOP:
+        return
     lv.libvirt.virEventRegisterDefaultImpl()
 
     def loop() -> None:
         while True:
             lv.libvirt.virEventRunDefaultImpl()
 
-    threading.Thread(target=loop, name="libvirt-events", daemon=True).start()
+    _EVENT_LOOP.append(threading.Thread(target=loop, name="libvirt-events", daemon=True))
+    _EVENT_LOOP[0].start()

@@ -123,6 +123,22 @@ def where_running(observed: dict[str, Any]) -> dict[str, list[str]]:
     return on
 
 
+def ha_vms(observed: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each provisioned HA VM of the map as the metrics show it: its requested state,
+    its record's state and host, the hosts it runs on, and whether it is down (meant to run,
+    running nowhere alive)."""
+    on = where_running(observed)
+    view = {}
+    for vm, entry in sorted(observed["vdm"].get("vms", {}).items()):
+        found = observed["records"].get(vm)
+        if entry.get("kind") != "ha" or found is None:
+            continue
+        requested = observed["requested"].get(vm, DEFAULT_REQUESTED)
+        view[vm] = {"requested": requested, "record": found[0].get("state", "unknown"),
+                    "host": found[0].get("host") or "", "on": on.get(vm, []), "down": requested == "started" and not on.get(vm)}
+    return view
+
+
 def _size(entry: dict[str, Any]) -> dict[str, float]:
     return {r: float(entry.get(r, 0) or 0) for r in SIZE_KEYS}
 

@@ -19,7 +19,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
-from yasco_lab import layout, storage
+from yasco_lab import layout, prometheus, storage
 
 from ..ansible_run import ROOT, run_playbook
 
@@ -120,11 +120,14 @@ def etcd_leader(lab) -> str:
     raise AssertionError("no etcd leader")
 
 
-def start_watcher(inventory: Path, log: Path) -> subprocess.Popen:
+def start_watcher(inventory: Path, log: Path, index: int = 0) -> subprocess.Popen:
+    """Watcher number `index`, serving its metrics where the lab's Prometheus scrapes
+    that number."""
     out = open(log, "ab")  # noqa: SIM115 - closed with the process
     return subprocess.Popen([str(ROOT / "scripts" / "watch")], cwd=ROOT, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**os.environ, "INV": str(inventory)})
+                            env={**os.environ, "INV": str(inventory),
+                                 "METRICS": prometheus.watcher_listen(index)})
 
 
 def wait_until_one_leads(lab: dict, watchers: list[subprocess.Popen]) -> None:

@@ -20,7 +20,8 @@ from yasco_lab.errors import LabError
 from ..ansible_run import ROOT
 from .lab_cluster import records
 
-SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Crash", "Boot", "Summary", "Report"]
+SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Crash", "Boot", "Summary", "Metrics",
+            "Report"]
 
 # First of all (conftest.py): the demo replaces any lab, and the session's comes up
 # after it, fresh.
@@ -80,3 +81,16 @@ def test_the_report_shows_every_host_and_vm(demo):
     assert (report.parent / "report.png").stat().st_size > 10_000
     for name in [*VMS, "hv1", "hv2", "hv3"]:
         assert name in html, name
+
+
+def test_the_metrics_show_the_failover_and_its_alert(demo):
+    crashed = re.search(r"^== Crash (hv\d)$", demo.stdout, flags=re.M).group(1)
+    assert f"alert YascoHostDown fired ({crashed})" in demo.stdout
+    held = int(re.search(rf"^  {crashed} held no lease for about (\d+) s$", demo.stdout,
+                         flags=re.M).group(1))
+    down = [int(s) for s in re.findall(r"^  HA VM \w+ ran nowhere for about (\d+) s$",
+                                       demo.stdout, flags=re.M)]
+    # Down while their host was, never longer, and not for nothing: the samples saw it.
+    assert down and all(0 < s < held for s in down), (held, down)
+    picture = Path(re.search(r"^  (\S+metrics\.png):", demo.stdout, flags=re.M).group(1))
+    assert picture.stat().st_size > 10_000

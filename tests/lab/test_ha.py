@@ -23,10 +23,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import lab as lab_verbs
-from yasco_lab import credentials, hypervisor, layout, storage
+from yasco_lab import credentials, hypervisor, layout, prometheus, storage
 from yasco_lab.lab import LabState
 
 from ..ansible_run import local_play, run_playbook
+from ..test_grafana_dashboard import dashboard_queries
 from .conftest import yasco_lab
 from .lab_cluster import (etcd_leader, history, make_inventory, playbook, records, running,
                           start_watcher, stop_watcher, vdm_of, wait_for, wait_until_one_leads,
@@ -109,7 +110,7 @@ def fixture_ha(lab, tmp_path_factory):
     for name in (names["ha1"], names["ha2"]):
         wait_for(f"{name} writing", lambda n=name: len(storage.canary_records(n)) >= 3, BOOT,
                  every=1)
-    watchers = [start_watcher(inventory, scratch / f"watcher{i}.log") for i in (1, 2)]
+    watchers = [start_watcher(inventory, scratch / f"watcher{i}.log", i - 1) for i in (1, 2)]
     wait_until_one_leads(lab, watchers)
     for index, proc in enumerate(watchers, start=1):
         log = (scratch / f"watcher{index}.log").read_text(errors="replace")
@@ -370,6 +371,21 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     wait_for("hv1 unfenced in the history", lambda: [
         e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"], 60, every=0.5)
     wait_for_log(ha, "host: hv1, rebooted")
+    # The lab's Prometheus saw it all, from the agents and the leading watcher; the
+    # shipped rules alerted that hv1 was down, and none fires now that all is home.
+    seen = {expr: prometheus.query(expr) for expr in (
+        'min_over_time(yasco_host_up{host="hv1"}[10m]) == 0',
+        'max_over_time(ALERTS{alertname="YascoHostDown",alertstate="firing",host="hv1"}[10m])',
+        'max_over_time(sum(yasco_watcher_leader)[10m:1s]) == 1',
+        'increase(yasco_watcher_events_total{type="host_down"}[10m]) > 0',
+        f'max_over_time(yasco_ha_vm_down{{vm="{names["ha1"]}"}}[10m]) == 1')}
+    assert all(seen.values()), {expr: bool(found) for expr, found in seen.items()}
+    assert not prometheus.query('ALERTS{alertname=~"YascoHaVmDown|YascoHaVmRunningTwice|'
+                                'YascoWatcherWithoutLeader",alertstate="firing"}')
+    # And the shipped Grafana dashboard has data in every panel over the failover.
+    empty = [title for title, expr in dashboard_queries().items()
+             if not prometheus.query_range(expr, time.time() - 600, time.time(), 5)]
+    assert not empty, f"dashboard panels without data: {empty}"
     # The watchers and the playbooks they ran logged no etcd password.
     passwords = credentials.etcd_passwords().values()
     assert passwords and not [p for p in passwords if p in watcher_logs(ha)]

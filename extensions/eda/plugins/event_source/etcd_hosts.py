@@ -173,6 +173,16 @@ options:
         the watcher starts; V(0) turns them off.
     type: float
     default: 86400
+  metrics_listen:
+    description:
+      - >-
+        Where this watcher serves Prometheus metrics, as V(address:port) (for example
+        V(0.0.0.0:9732)); empty for none. Every watcher says whether it leads; the
+        leader alone adds the cluster's hosts, HA VMs and etcd members
+        (C(docs/observability.md) lists them). A port that cannot be bound is logged,
+        and the watcher runs on without metrics.
+    type: str
+    default: ""
   leader_ttl:
     description: The watchers' leader lease, in seconds.
     type: int
@@ -258,6 +268,7 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
             break
     from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
+from ansible_collections.yasco.cluster.plugins.module_utils import metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, KeyValue, WatchEvent, json_or_none,
@@ -265,7 +276,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
-    ACTIVE, Memory, Policy, decide, observe)
+    ACTIVE, Memory, Policy, decide, ha_vms, observe)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0
@@ -280,6 +291,10 @@ DISARM_CHECK = 1.0
 ALARM_CHECK = 1.0
 # How often each member's database size is read, against its quota.
 SPACE_CHECK = 10.0
+# Every event type the source emits: each counted from 0 in the metrics, so that the
+# first of a kind shows as an increase.
+EVENT_TYPES = ("host_down", "host_up", "host_stable", "maintenance", "vm_recover",
+               "etcd_alarm", "etcd_space", "fences_standing")
 # How soon a host up for its hold-down whose agent missed a beat is looked at again.
 STABLE_RECHECK = 0.25
 
@@ -362,6 +377,14 @@ class Watcher:
                                           "yasco.cluster.etcd_hosts: recovery")
         self.memory = Memory()
         self.nudge: asyncio.Event | None = None
+        # What the metrics show beyond the state above: events emitted by type, the
+        # reconciler's last look at the cluster (and when: Unix time), the members'
+        # sizes as last read.
+        self.emitted = dict.fromkeys(EVENT_TYPES, 0)
+        self.observed: dict[str, Any] | None = None
+        self.observed_at = 0.0
+        self.sizes: list[dict[str, Any]] = []
+        self.metrics_listen = args.get("metrics_listen") or ""
 
     def _post(self, item: tuple) -> None:
         assert self.loop is not None and self.inbox is not None
@@ -450,9 +473,10 @@ class Watcher:
             thread.start()
         pending: set[str] = set()
         settled = 0.0  # when the pending failures are reported (event loop time)
-        stale = armed = alarmed = reconciling = None
+        stale = armed = alarmed = reconciling = server = None
         self.nudge = asyncio.Event()
         try:
+            server = self._serve_metrics()
             await self._read_hosts(queue, reader)
             stale = asyncio.create_task(self._end_stale_leases(reader))
             armed = asyncio.create_task(self._follow_disarm(queue, reader))
@@ -510,6 +534,12 @@ class Watcher:
             self.stop.set()
             self.ready.set()
             reader.close()
+            for member in self.members.values():
+                member.close()
+            self.members.clear()
+            if server is not None:
+                server.shutdown()
+                server.server_close()
 
     def _domain_change(self, event: WatchEvent) -> bool:
         parsed = etcd_keys.parse_key(event.kv.key, cluster=self.cluster)
@@ -537,7 +567,7 @@ class Watcher:
                 pass
             self.nudge.clear()
             wake = None
-            if not self.leader or self.disarmed is not None:
+            if not self.leader:
                 continue
             try:
                 read = await asyncio.to_thread(reader.get_prefixes, keys)
@@ -546,6 +576,9 @@ class Watcher:
                 continue
             observed = observe([kv for kvs in read.values() for kv in kvs],
                                lambda key: etcd_keys.parse_key(key, cluster=self.cluster))
+            self.observed, self.observed_at = observed, time.time()
+            if self.disarmed is not None:
+                continue  # looked at for the metrics only
             decision = decide(observed, self.memory, self.policy, self.loop.time())
             wake = decision["wake"]
             for step in decision["steps"]:
@@ -730,7 +763,7 @@ class Watcher:
         """Emit `etcd_space` when the members whose database is at or over
         `space_warning` percent of the quota change: at the quota etcd raises NOSPACE
         and refuses every write."""
-        sizes = await asyncio.to_thread(self._member_sizes)
+        sizes = self.sizes = await asyncio.to_thread(self._member_sizes)
         over = sorted(m["endpoint"] for m in sizes if m["percent"] >= self.space_warning)
         if over == self.space_over:
             return
@@ -834,6 +867,79 @@ class Watcher:
                    "resync": resync, "watcher": self.name, **(details or {})}
         LOG.warning("%s: %s", kind, ", ".join(hosts))
         await queue.put({"yasco": payload})
+        self.emitted[kind] = self.emitted.get(kind, 0) + 1
+
+    # -- metrics --------------------------------------------------------------------
+
+    def _serve_metrics(self):
+        if not self.metrics_listen:
+            return None
+        try:
+            server = metrics.serve(self.metrics_listen, self.metric_families,
+                                   "yasco.cluster.etcd_hosts: metrics_listen")
+        except metrics.MetricsError as err:
+            LOG.error("NO METRICS: %s", err)
+            return None
+        LOG.info("metrics at http://%s/metrics", self.metrics_listen)
+        return server
+
+    def metric_families(self) -> list[metrics.Family]:
+        """What this watcher knows now, as Prometheus metric families: whether it leads
+        and what it emitted, and, from the leader alone, the cluster as it sees it."""
+        gauge, counter = metrics.gauge, metrics.counter
+        families = [
+            gauge("watcher_leader", "1 while this watcher leads (emits events).",
+                  int(self.leader), watcher=self.name),
+            counter("watcher_events", "Events this watcher emitted, by type.")]
+        for kind, count in sorted(dict(self.emitted).items()):
+            families[-1].add(count, watcher=self.name, type=kind)
+        if not self.leader:
+            return families
+        up = gauge("host_up", "1 while the hypervisor's agent holds its lease.")
+        maintenance = gauge("host_maintenance", "1 while the hypervisor is in maintenance.")
+        kinds: dict[str, set[str]] = {host: set() for host in self.hosts | self.lost}
+        for key in list(self.records):
+            parsed = self._host_record(key)
+            if parsed is not None:
+                kinds.setdefault(parsed.host, set()).add(parsed.kind)
+        for host, have in sorted(kinds.items()):
+            up.add(int("alive" in have), host=host)
+            maintenance.add(int("maintenance" in have), host=host)
+        families += [up, maintenance,
+                     gauge("ha_disarmed", "1 while HA is disarmed (playbooks/disarm.yml).",
+                           int(self.disarmed is not None)),
+                     gauge("etcd_quota_bytes", "The etcd quota the watcher measures "
+                           "members against.", self.quota_bytes),
+                     gauge("etcd_db_size_bytes", "Each etcd member's database size, as "
+                           "last read.")]
+        for size in list(self.sizes):
+            families[-1].add(size["db_size"], endpoint=size["endpoint"],
+                             member=size["member"])
+        families.append(gauge("etcd_alarm", "1 for each alarm an etcd member raises."))
+        for alarm in list(self.alarms):
+            families[-1].add(1, member=alarm["member"], alarm=alarm["alarm"])
+        down = gauge("ha_vm_down", "1 while the HA VM is meant to run and runs on no live "
+                     "host.")
+        copies = gauge("ha_vm_domains", "Live hosts with a domain of the HA VM (2 only "
+                       "while it migrates).")
+        record = gauge("ha_vm_record", "The state etcd records for the HA VM, as a label.")
+        requested = gauge("ha_vm_requested", "The HA VM's requested state, as a label.")
+        fenced = gauge("host_fenced", "1 while etcd records the hypervisor's storage fence.")
+        read = gauge("reconciler_read_timestamp_seconds", "When the reconciler last read "
+                     "the cluster (Unix time).")
+        families += [down, copies, record, requested, fenced, read]
+        observed = self.observed  # None until the reconciler has read the cluster once
+        if observed is None:
+            return families
+        read.add(self.observed_at)
+        for vm, view in ha_vms(observed).items():
+            down.add(int(view["down"]), vm=vm)
+            copies.add(len(view["on"]), vm=vm)
+            record.add(1, vm=vm, state=view["record"], host=view["host"])
+            requested.add(1, vm=vm, state=view["requested"])
+        for host, state in sorted(observed["hosts"].items()):
+            fenced.add(int(bool(state.get("fenced"))), host=host)
+        return families
 
     def _quiet(self) -> list[str]:
         """The hosts still alive whose agent missed a beat (or that registered no TTL):

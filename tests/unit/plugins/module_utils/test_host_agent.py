@@ -41,7 +41,10 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
                  "margin, libvirt_uri, address, ceph_addrs, reconcile, keepalive, fence_wait, "
                  "shutdown_policy, shutdown_timeout, ca_cert, "
                  "client_cert, client_key, username, password, watchdog_device, "
-                 "watchdog_timeout"),
+                 "watchdog_timeout, metrics_listen"),
+    ({"metrics_listen": "localhost"}, "agent.yml: metrics_listen: 'localhost' is not "
+                                      "address:port (e.g. 0.0.0.0:9731, [::]:9731 or :9731); "
+                                      "leave it empty to serve no metrics"),
     ({"watchdog_timeout": 4}, "agent.yml: watchdog_timeout 4 must be whole seconds from 1 "
                               "to 3 (ttl - margin), or 0 for 3: a longer one could reset "
                               "the host after its lease expired"),

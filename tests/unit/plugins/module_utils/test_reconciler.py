@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import KeyValue
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
-    Memory, Policy, decide, observe, usable_hosts)
+    Memory, Policy, decide, ha_vms, observe, usable_hosts)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import ha_view
 
 HOSTS = ("hv1", "hv2", "hv3")
@@ -406,3 +406,21 @@ def test_a_vm_evacuated_in_time_leaves_no_overdue_mark_for_its_hosts_next_failur
     observed["hosts"]["hv1"] = {}
     observed["domains"]["hv1"].pop("web")
     assert decide(observed, memory, policy, 501.0)["evacuate"] == []
+
+
+def test_the_metrics_view_names_each_ha_vm_down_running_twice_or_left_stopped():
+    observed = cluster(web=("ha", "hv1", ["hv2"], 1024), db=("ha", "hv2", ["hv3"], 1024),
+                       app=("ha", "hv3", ["hv1"], 1024), www=("plain", "hv1", [], 512))
+    dies(observed, "web")
+    observed["domains"]["hv3"]["db"] = "paused"  # a second copy
+    observed["requested"]["app"] = "stopped"
+    dies(observed, "app")
+    observed["vdm"]["vms"]["new"] = {"kind": "ha"}  # planned, not provisioned: no record
+    view = ha_vms(observed)
+    assert set(view) == {"web", "db", "app"}
+    assert view["web"] == {"requested": "started", "record": "running", "host": "hv1",
+                           "on": [], "down": True}
+    assert view["db"]["on"] == ["hv2", "hv3"] and not view["db"]["down"]
+    assert view["app"]["requested"] == "stopped" and not view["app"]["down"]
+    observed["hosts"]["hv2"]["alive"] = False  # a dead host's domains count for nothing
+    assert ha_vms(observed)["db"]["on"] == ["hv3"]
