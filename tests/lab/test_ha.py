@@ -27,6 +27,7 @@ from yasco_lab import credentials, hypervisor, layout, prometheus, storage
 from yasco_lab.lab import LabState
 
 from ..ansible_run import local_play, run_playbook
+from ..playbooks.test_notify import Receiver
 from ..test_grafana_dashboard import dashboard_queries
 from .conftest import yasco_lab
 from .lab_cluster import (etcd_leader, history, make_inventory, playbook, records, running,
@@ -99,6 +100,10 @@ def fixture_ha(lab, tmp_path_factory):
            names["plain"]: {"home": "hv1"},
            names["batch"]: {"preemptible": True, "home": "hv2", "memory_mb": 512}}
     inventory = make_inventory(lab, scratch / "inventory", vms)
+    # The evacuations' notifications go to a webhook receiver here.
+    receiver = Receiver()
+    (inventory / "group_vars" / "all" / "notify.yml").write_text(yaml.safe_dump(
+        {"yasco_notify_webhooks": [{"url": receiver.url + "/yasco"}]}))
     (inventory / "host_vars").mkdir()
     for host, memory in CAPACITY_MB.items():
         (inventory / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(
@@ -116,7 +121,8 @@ def fixture_ha(lab, tmp_path_factory):
         log = (scratch / f"watcher{index}.log").read_text(errors="replace")
         assert proc.poll() is None, f"watcher {index} exited:\n{log[-3000:]}"
     yield {"inventory": inventory, "names": names, "scratch": scratch, "watchers": watchers,
-           "vdm": vdm_of(inventory)}
+           "vdm": vdm_of(inventory), "notified": receiver.received}
+    receiver.close()
     for proc in watchers:
         stop_watcher(proc)
     restore(lab, inventory)
@@ -336,6 +342,15 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     print(f"\nHA VMs of hv1 running on {targets} {time.monotonic() - crashed:.1f} s after "
           "the crash")
     wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
+    # The operators are told, once, by the webhook the inventory names.
+    wait_for("the evacuation's notification", lambda: [
+        m for m in ha["notified"] if m["body"]["event"] == "evacuation"
+        and m["body"]["details"]["failed"] == ["hv1"]], 60, every=0.5)
+    told, = [m["body"] for m in ha["notified"] if m["body"]["event"] == "evacuation"
+             and m["body"]["details"]["failed"] == ["hv1"]]
+    assert told["details"]["started"] == {n: targets[n] for n in ha_vms}, told
+    assert told["subject"].startswith("lab: hv1 failed; 2 HA VM(s) started elsewhere"), told
+    assert told["details"]["preempted"] == [names["batch"]] and told["severity"] == "warning"
     stored = records(lab)
     for name in ha_vms:
         assert stored[name] == {"host": targets[name], "state": "running"}
