@@ -39,7 +39,9 @@ yasco.cluster.agent installs.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -571,10 +573,7 @@ class Agent:
             age = self.clock() - self.last_ok
             frozen, fences, destroyed = self.frozen, self.fence_count, self.fenced_domains
         domains = metrics.gauge("agent_domains", "Domains running here, by kind and state.")
-        counts: dict[tuple[str, str], int] = {}
-        for kind, state in list(self.domains.values()):
-            counts[(kind, state)] = counts.get((kind, state), 0) + 1
-        for (kind, state), count in sorted(counts.items()):
+        for (kind, state), count in sorted(collections.Counter(self.domains.values()).items()):
             domains.add(count, host=host, kind=kind, state=state)
         watchdog = self.watchdog.timeout if self.watchdog and self.watchdog.fd >= 0 else 0
         return [
@@ -750,19 +749,14 @@ def _by_agent(value: str) -> bool:
     return isinstance(data, dict) and data.get("by") == "agent"
 
 
-_EVENT_LOOP: list[threading.Thread] = []
-
-
+@functools.cache
 def _start_libvirt_event_loop() -> None:
     """libvirt's default event loop, which the publisher's domain events need; once
     per process."""
-    if _EVENT_LOOP:
-        return
     lv.libvirt.virEventRegisterDefaultImpl()
 
     def loop() -> None:
         while True:
             lv.libvirt.virEventRunDefaultImpl()
 
-    _EVENT_LOOP.append(threading.Thread(target=loop, name="libvirt-events", daemon=True))
-    _EVENT_LOOP[0].start()
+    threading.Thread(target=loop, name="libvirt-events", daemon=True).start()

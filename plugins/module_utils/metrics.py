@@ -15,6 +15,7 @@ Imports nothing of Ansible, nor of the collection.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import socket
 import threading
@@ -52,14 +53,15 @@ class Family:
         return self
 
 
-def gauge(name: str, help_text: str, value: float | None = None, **labels: Any) -> Family:
-    family = Family(name, "gauge", help_text)
+def _family(kind: str, name: str, help_text: str, value: float | None = None,
+            **labels: Any) -> Family:
+    """A family of `kind`, with one sample when `value` is given."""
+    family = Family(name, kind, help_text)
     return family if value is None else family.add(value, **labels)
 
 
-def counter(name: str, help_text: str, value: float | None = None, **labels: Any) -> Family:
-    family = Family(name, "counter", help_text)
-    return family if value is None else family.add(value, **labels)
+gauge = functools.partial(_family, "gauge")
+counter = functools.partial(_family, "counter")
 
 
 def parse_listen(listen: str, where: str) -> tuple[str, int]:

@@ -897,12 +897,7 @@ class Watcher:
             return families
         up = gauge("host_up", "1 while the hypervisor's agent holds its lease.")
         maintenance = gauge("host_maintenance", "1 while the hypervisor is in maintenance.")
-        kinds: dict[str, set[str]] = {host: set() for host in self.hosts | self.lost}
-        for key in list(self.records):
-            parsed = self._host_record(key)
-            if parsed is not None:
-                kinds.setdefault(parsed.host, set()).add(parsed.kind)
-        for host, have in sorted(kinds.items()):
+        for host, have in sorted(self._host_kinds().items()):
             up.add(int("alive" in have), host=host)
             maintenance.add(int("maintenance" in have), host=host)
         families += [up, maintenance,
@@ -963,13 +958,18 @@ class Watcher:
 
     def _down(self) -> list[str]:
         """The hypervisors with neither a liveness key nor a maintenance marker."""
+        return sorted(host for host, kinds in self._host_kinds().items()
+                      if "alive" not in kinds and "maintenance" not in kinds)
+
+    def _host_kinds(self) -> dict[str, set[str]]:
+        """Each hypervisor known (named, lost or recorded) -> the kinds of record it has
+        (alive, registered, maintenance)."""
         hosts: dict[str, set[str]] = {host: set() for host in self.hosts | self.lost}
-        for key in self.records:
+        for key in list(self.records):  # the metrics read it from another thread
             parsed = self._host_record(key)
             if parsed is not None:
                 hosts.setdefault(parsed.host, set()).add(parsed.kind)
-        return sorted(host for host, kinds in hosts.items()
-                      if "alive" not in kinds and "maintenance" not in kinds)
+        return hosts
 
 
 def _alarm_text(alarms: list[dict[str, str]]) -> str:
