@@ -122,9 +122,17 @@ def web_on_hv1(client, cluster: str) -> int:
     return lease
 
 
-def wait_until_leading(source: RunningSource) -> None:
-    assert wait_for(lambda: source.watcher.leader and source.watcher.ready.is_set(), WAIT), \
-        "the watcher did not lead"
+def wait_until_leading(source: RunningSource, renewing: tuple | None = None) -> None:
+    """Until `source` leads, renewing the (client, lease) in `renewing`: a short lease
+    that ran out before the watcher read the hosts would make no event, as a host down
+    with no VM on it is not news to a new leader."""
+    def leading() -> bool:
+        if renewing is not None:
+            client, lease = renewing
+            client.keepalive_once(lease)
+        return source.watcher.leader and source.watcher.ready.is_set()
+
+    assert wait_for(leading, WAIT), "the watcher did not lead"
 
 
 def test_a_lease_that_expires_is_a_host_down_and_a_new_lease_a_host_up(etcd, cluster, start):
@@ -132,8 +140,8 @@ def test_a_lease_that_expires_is_a_host_down_and_a_new_lease_a_host_up(etcd, clu
         lease = register(client, cluster, "hv1", ttl=1)
         register(client, cluster, "hv2")
         source = start()
-        wait_until_leading(source)
-        del lease  # not renewed: it expires
+        wait_until_leading(source, renewing=(client, lease))
+        del lease  # not renewed from now on: it expires
         down = source.next()
         assert (down["type"], down["hosts"], down["down"]) == ("host_down", ["hv1"], ["hv1"])
         assert down["cluster"] == cluster and not down["resync"]
@@ -367,8 +375,8 @@ def test_tls_files_left_empty_in_the_rulebook_come_from_the_environment(
                                 "leader_ttl": 2, "settle": 0.3, "ca_cert": "",
                                 "client_cert": "", "client_key": ""})
         try:
-            wait_until_leading(source)
-            del lease  # not renewed: it expires
+            wait_until_leading(source, renewing=(client, lease))
+            del lease  # not renewed from now on: it expires
             down = source.next()
             assert (down["type"], down["hosts"]) == ("host_down", ["hv1"])
         finally:
