@@ -76,6 +76,9 @@ COVERAGE = [
             r'"etcd_maintenance\.yml"',
             ("tests/etcd/test_etcd_housekeeping.py::test_a_full_etcd_keeps_the_agents_lease_ends_none_and_the_watcher_reports_it",  # noqa: E501 - a test's node id
              "tests/etcd/test_etcd_housekeeping.py::test_a_second_run_on_a_quiet_etcd_changes_nothing")),  # noqa: E501 - a test's node id
+    Covered(PLAYBOOK + r"notify\.yml -e '\{\"yasco_event\": \{\"type\": \"test\", \"hosts\": \[\]\}\}'",
+            r'"notify\.yml"',
+            ("tests/playbooks/test_notify.py::test_the_watchers_etcd_events_become_notifications",)),
     Covered(PLAYBOOK + r"plan\.yml( \[--check --diff\])?", r'"plan\.yml"',
             ("tests/playbooks/test_plan.py::test_plan_writes_a_valid_map_and_a_second_run_changes_nothing",
              "tests/playbooks/test_plan.py::test_check_mode_shows_the_diff_and_writes_nothing")),

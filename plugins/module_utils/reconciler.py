@@ -112,6 +112,25 @@ def usable_hosts(observed: dict[str, Any]) -> set[str]:
             if host.get("alive") and not host.get("maintenance") and not host.get("fenced")}
 
 
+def failures_tolerated(observed: dict[str, Any]) -> int | None:
+    """How many more hypervisors may fail, whichever they are, with every HA VM still
+    given a planned spare slot, the hosts out now (down, in maintenance or fenced)
+    counted against the map's failures_to_tolerate: X - out while out <= X; 0 while
+    more are out but all in one failure domain the map plans for; -1 beyond the plan
+    (an HA VM may find no slot). None when the map in etcd does not say its X."""
+    view = observed["vdm"]
+    planned = view.get("failures_to_tolerate")
+    if not isinstance(planned, int) or isinstance(planned, bool):
+        return None
+    hosts = view.get("hosts", {})
+    out = set(hosts) - usable_hosts(observed)
+    if len(out) <= planned:
+        return planned - len(out)
+    domains = {(hosts[h] or {}).get("failure_domain") for h in out}
+    return 0 if view.get("failure_domains_to_tolerate") and len(domains) == 1 \
+        and None not in domains else -1
+
+
 def where_running(observed: dict[str, Any]) -> dict[str, list[str]]:
     """VM -> hosts whose agent publishes a domain of it (any state: a paused or
     starting QEMU holds the disk too)."""

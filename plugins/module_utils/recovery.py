@@ -216,5 +216,6 @@ def outcome(recovery: dict[str, Any], started: list[str], errors: list[str]
             {"kind": "start-failed", "vm": s["vm"], "host": s["to"],
              "details": {"reason": s["reason"]}} for s in failed],
         "started": [f"{s['vm']} on {s['to']} ({s['action']})" for s in done],
+        "done": [{k: s[k] for k in ("vm", "action", "from", "to")} for s in done],
         "not_started": [s["vm"] for s in failed],
     }

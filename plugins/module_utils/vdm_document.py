@@ -98,15 +98,19 @@ def failover_chain(failover: dict[str, dict[str, str]], home: str, name: str) ->
 
 def ha_view(vdm: dict[str, Any]) -> dict[str, Any]:
     """What the HA reconciler needs of a VDM, small enough for one etcd key: host
-    capacities, and each VM's kind, priority, size, placement rules, home and (HA VMs)
-    failover chain. The failover map of every failure set stays in the inventory."""
+    capacities, each VM's kind, priority, size, placement rules, home and (HA VMs)
+    failover chain, and the failures the map tolerates. The failover map of every
+    failure set stays in the inventory."""
     failover, home = vdm.get("failover", {}), vdm.get("home", {})
     vms = {}
     for name, entry in sorted(vdm.get("vms", {}).items()):
         vms[name] = {**entry, "home": home.get(name)}
         if entry.get("kind") == "ha" and home.get(name):
             vms[name]["chain"] = failover_chain(failover, home[name], name)
-    return {"version": vdm.get("version"), "hosts": dict(vdm.get("hosts", {})), "vms": vms}
+    return {"version": vdm.get("version"), "hosts": dict(vdm.get("hosts", {})), "vms": vms,
+            # For the watcher's count of the failures still covered (its metrics).
+            "failures_to_tolerate": vdm.get("failures_to_tolerate"),
+            "failure_domains_to_tolerate": vdm.get("failure_domains_to_tolerate", 0)}
 
 
 def _size(entry: dict[str, Any]) -> dict[str, float]:

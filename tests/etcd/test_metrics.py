@@ -123,7 +123,8 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
     began = time.time()
     with EtcdClient([etcd.url]) as client:
         client.put(etcd_keys.vdm_ha_key(cluster=cluster), to_json(
-            {"vms": {ha: {"kind": "ha", "memory_mb": 64, "vcpus": 1}}, "hosts": {"hv1": {}}}))
+            {"vms": {ha: {"kind": "ha", "memory_mb": 64, "vcpus": 1}}, "hosts": {"hv1": {}},
+             "failures_to_tolerate": 1}))
         client.put(etcd_keys.vm_key(ha, cluster=cluster),
                    to_json({"state": "running", "host": "hv1"}))
     link = CuttableLink(etcd.url)
@@ -155,7 +156,8 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
                    'yasco_agent_domains{host="hv1",kind="ha",state="running"}': 1.0,
                    'yasco_host_up{host="hv1"}': 1.0, 'yasco_watcher_leader{watcher="w1"}': 1.0,
                    f'yasco_ha_vm_domains{{vm="{ha}"}}': 1.0, f'yasco_ha_vm_down{{vm="{ha}"}}': 0.0,
-                   'yasco_agent_self_fences_total{host="hv1"}': 0.0}
+                   'yasco_agent_self_fences_total{host="hv1"}': 0.0,
+                   'yasco_ha_failures_planned': 1.0, 'yasco_ha_failures_tolerated': 1.0}
         assert wait_for(lambda: all(prometheus.value(q) == v for q, v in healthy.items()),
                         WAIT), {q: prometheus.value(q) for q in healthy}
         assert not {name for name, dummy in prometheus.firing()} & {
@@ -165,7 +167,8 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
         after = {'yasco_agent_lease_held{host="hv1"}': 0.0,
                  'yasco_agent_self_fences_total{host="hv1"}': 1.0,
                  'yasco_agent_self_fenced_domains_total{host="hv1"}': 1.0,
-                 'yasco_host_up{host="hv1"}': 0.0, f'yasco_ha_vm_down{{vm="{ha}"}}': 1.0}
+                 'yasco_host_up{host="hv1"}': 0.0, f'yasco_ha_vm_down{{vm="{ha}"}}': 1.0,
+                 'yasco_ha_failures_tolerated': 0.0}
         assert wait_for(lambda: all(prometheus.value(q) == v for q, v in after.items()),
                         TTL + WAIT), {q: prometheus.value(q) for q in after}
         assert not running.active("ha") and running.active("plain")

@@ -313,7 +313,7 @@ def test_the_job_templates_take_the_watchers_events_and_name_what_it_launches(re
         assert (ROOT / template["playbook"]).is_file(), template["playbook"]
     assert {"YASCO plan", "YASCO provision", "YASCO rebalance", "YASCO evacuate",
             "YASCO return home", "YASCO drain", "YASCO undrain", "YASCO status",
-            "YASCO recover VM", "YASCO fence check"} <= set(templates)
+            "YASCO recover VM", "YASCO fence check", "YASCO notify"} <= set(templates)
     # The rulebook launches them by name and organization, which ansible-rulebook
     # renders with the activation's extra vars.
     (activation,) = [call["body"] for call in rendered["eda"]
@@ -322,7 +322,9 @@ def test_the_job_templates_take_the_watchers_events_and_name_what_it_launches(re
     (ruleset,) = yaml.safe_load(RULEBOOK.read_text())
     launched = [rule["action"]["run_job_template"] for rule in ruleset["rules"]
                 if "run_job_template" in rule["action"]]
-    assert len(launched) == 5  # evacuate, recover VM, return home, drain, fence check
+    # evacuate, recover VM, return home, drain, fence check, and notify twice (etcd's
+    # alarms and quota)
+    assert len(launched) == 7
     for launch in launched:
         name = render_string(launch["name"], variables)
         assert name in templates, name

@@ -1,20 +1,25 @@
 """HA notifications (role yasco.cluster.notify): one message per action to every
-webhook the inventory names, as JSON or as Slack-style text, headers sent but never
-logged, and a webhook that is down reported by name without failing the action.
-Against a real HTTP receiver started here; on the lab, an evacuation's notification
-is checked by tests/lab/test_ha.py."""
+webhook the inventory names, as JSON or as Slack-style text, and by mail; headers and
+passwords sent but never logged, and a webhook or mail server that is down reported
+by name without failing the action. playbooks/notify.yml turns the watcher's etcd
+events into notifications. Against a real HTTP receiver and a real SMTP server
+(aiosmtpd) started here; on the lab, tests/lab/test_ha.py checks the notifications of
+an evacuation, a return home, a drain and the reconciler's restarts."""
 
 from __future__ import annotations
 
 import json
 import threading
+from email.header import decode_header, make_header
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.handlers import Message
 
-from ..ansible_run import run_playbook
-from ..etcd.conftest import closed_port_url
+from ..ansible_run import ROOT, run_playbook
+from ..etcd.conftest import closed_port_url, free_port
 
 
 class Receiver:
@@ -50,9 +55,31 @@ def fixture_receiver() -> Iterator[Receiver]:
     receiver.close()
 
 
-def notify(tmp_path, webhooks: list[dict]) -> tuple[int, list[dict]]:
+class Mailbox(Message):
+    """An SMTP server on a free port; the messages it took, as email.message objects."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages = []
+        self.port = free_port()
+        self.controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    def handle_message(self, message) -> None:
+        self.messages.append(message)
+
+
+@pytest.fixture(name="mailbox")
+def fixture_mailbox() -> Iterator[Mailbox]:
+    mailbox = Mailbox()
+    yield mailbox
+    mailbox.controller.stop()
+
+
+def notify(tmp_path, webhooks: list[dict], mail: dict | None = None) -> tuple[int, list[dict]]:
     play = [{"name": "Notify", "hosts": "localhost", "gather_facts": False, "connection": "local",
              "vars": {"yasco_cluster_name": "prod", "yasco_notify_webhooks": webhooks,
+                      "yasco_notify_mail": mail or {},
                       "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
              "tasks": [{"name": "Tell the operators", "ansible.builtin.include_role": {
                  "name": "yasco.cluster.notify"}, "vars": {
@@ -97,3 +124,82 @@ def test_a_webhook_that_is_down_is_named_and_fails_nothing(tmp_path, receiver):
 def test_no_webhook_sends_nothing(tmp_path, receiver):
     rc, dummy = notify(tmp_path, [])
     assert rc == 0 and receiver.received == []
+
+
+def test_a_mail_says_the_severity_in_its_subject_and_everything_in_its_body(
+        tmp_path, mailbox):
+    rc, results = notify(tmp_path, [], mail={
+        "host": "127.0.0.1", "port": mailbox.port, "secure": "never",
+        "sender": "yasco@prod.example", "to": ["oncall@example.com", "ops@example.com"]})
+    assert rc == 0
+    (message,) = mailbox.messages
+    subject = str(make_header(decode_header(message["Subject"])))
+    assert subject == "[warning] prod: hv1 failed; 2 HA VM(s) started elsewhere"
+    assert message["From"] == "yasco@prod.example"
+    recipients = sorted(a.strip() for a in message["X-RcptTo"].split(","))
+    assert recipients == ["oncall@example.com", "ops@example.com"]
+    (body,) = (part.get_payload(decode=True).decode() for part in message.walk()
+               if part.get_content_type() == "text/plain")
+    assert body.startswith("prod: hv1 failed; 2 HA VM(s) started elsewhere\n"
+                           "started: db1 on hv2, web1 on hv3\nleft down: -\n")
+    assert "event: evacuation" in body and "db1: hv2" in body
+    assert not any("WARNING" in str(r.get("msg", "")) for r in results)
+
+
+def test_a_mail_server_that_is_down_is_named_and_fails_nothing(tmp_path, receiver):
+    port = int(closed_port_url().rsplit(":", 1)[1])
+    rc, results = notify(tmp_path, [{"url": receiver.url + "/up"}], mail={
+        "host": "127.0.0.1", "port": port, "password": "m4ilpass", "username": "yasco",
+        "to": ["oncall@example.com"]})
+    assert rc == 0 and len(receiver.received) == 1
+    warnings = [r["msg"] for r in results if "was not mailed" in str(r.get("msg", ""))]
+    assert len(warnings) == 1 and f"127.0.0.1:{port}" in warnings[0]
+    assert "check yasco_notify_mail" in warnings[0]
+    assert "m4ilpass" not in json.dumps(results)
+
+
+def watcher_event(tmp_path, receiver, event: dict) -> dict:
+    """What playbooks/notify.yml posts for the watcher's `event`."""
+    rc, dummy = run_playbook(
+        ROOT / "playbooks" / "notify.yml", "localhost,", extra_vars={
+            "yasco_event": event, "yasco_cluster_name": "prod",
+            "yasco_notify_webhooks": [{"url": receiver.url}], "ansible_connection": "local",
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}"},
+        tmp_path=tmp_path)
+    assert rc == 0
+    (posted,) = receiver.received
+    receiver.received.clear()
+    return posted["body"]
+
+
+def test_the_watchers_etcd_events_become_notifications(tmp_path, receiver):
+    alarm = {"type": "etcd_alarm", "hosts": [], "raised": True,
+             "alarms": [{"member": "8e9e05c52164694d", "alarm": "NOSPACE"}]}
+    raised = watcher_event(tmp_path, receiver, alarm)
+    assert (raised["event"], raised["severity"]) == ("etcd_alarm", "critical")
+    assert raised["subject"] == ("prod: etcd ALARM NOSPACE: etcd refuses writes, nothing "
+                                 "can be evacuated or moved")
+    assert raised["lines"][0] == "8e9e05c52164694d: NOSPACE"
+    assert "playbooks/etcd_maintenance.yml" in raised["lines"][-1]
+    assert raised["details"] == alarm
+    cleared = watcher_event(tmp_path, receiver, {**alarm, "raised": False, "alarms": []})
+    assert cleared["severity"] == "info" and cleared["subject"] == (
+        "prod: etcd's alarms are cleared, writes are accepted again")
+    space = watcher_event(tmp_path, receiver, {
+        "type": "etcd_space", "hosts": [], "raised": True, "over": ["https://etcd1:2379"],
+        "members": [{"endpoint": "https://etcd1:2379", "member": "a1", "db_size": 1,
+                     "percent": 83.5}], "quota_bytes": 2147483648})
+    assert (space["severity"], space["subject"]) == (
+        "warning", "prod: etcd nearly full on https://etcd1:2379")
+    assert space["lines"][0] == "https://etcd1:2379: 83.5 % of the quota"
+    # As docs/observability.md has an operator try the configuration.
+    tried = watcher_event(tmp_path, receiver, {"type": "test", "hosts": []})
+    assert (tried["event"], tried["severity"], tried["subject"]) == ("test", "info", "prod: test")
+
+
+def test_the_watcher_event_playbook_refuses_no_event_naming_the_variable(tmp_path):
+    rc, results = run_playbook(ROOT / "playbooks" / "notify.yml", "localhost,", extra_vars={
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "{{ ansible_playbook_python }}"}, tmp_path=tmp_path)
+    assert rc == 2
+    assert "set yasco_event to the watcher's event" in results[0]["msg"]

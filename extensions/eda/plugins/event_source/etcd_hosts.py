@@ -276,7 +276,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
-    ACTIVE, Memory, Policy, decide, ha_vms, observe)
+    ACTIVE, Memory, Policy, decide, failures_tolerated, ha_vms, observe)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0
@@ -922,11 +922,19 @@ class Watcher:
         fenced = gauge("host_fenced", "1 while etcd records the hypervisor's storage fence.")
         read = gauge("reconciler_read_timestamp_seconds", "When the reconciler last read "
                      "the cluster (Unix time).")
-        families += [down, copies, record, requested, fenced, read]
+        planned = gauge("ha_failures_planned", "Hypervisor failures the map plans for "
+                        "(its failures_to_tolerate).")
+        tolerated = gauge("ha_failures_tolerated", "Further hypervisor failures the map "
+                          "still covers, given the hosts down, in maintenance or fenced "
+                          "now; -1 beyond the plan.")
+        families += [down, copies, record, requested, fenced, read, planned, tolerated]
         observed = self.observed  # None until the reconciler has read the cluster once
         if observed is None:
             return families
         read.add(self.observed_at)
+        if (covered := failures_tolerated(observed)) is not None:
+            planned.add(observed["vdm"]["failures_to_tolerate"])
+            tolerated.add(covered)
         for vm, view in ha_vms(observed).items():
             down.add(int(view["down"]), vm=vm)
             copies.add(len(view["on"]), vm=vm)

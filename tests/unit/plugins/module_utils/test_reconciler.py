@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import KeyValue
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
-    Memory, Policy, decide, ha_vms, observe, usable_hosts)
+    Memory, Policy, decide, failures_tolerated, ha_vms, observe, usable_hosts)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import ha_view
 
 HOSTS = ("hv1", "hv2", "hv3")
@@ -424,3 +424,32 @@ def test_the_metrics_view_names_each_ha_vm_down_running_twice_or_left_stopped():
     assert view["app"]["requested"] == "stopped" and not view["app"]["down"]
     observed["hosts"]["hv2"]["alive"] = False  # a dead host's domains count for nothing
     assert ha_vms(observed)["db"]["on"] == ["hv3"]
+
+
+def test_the_failures_still_covered_count_every_host_out_against_the_maps_x():
+    observed = cluster()
+    assert failures_tolerated(observed) is None  # a map written before it said its X
+    observed["vdm"]["failures_to_tolerate"] = 2
+    assert failures_tolerated(observed) == 2
+    observed["hosts"]["hv1"]["alive"] = False
+    assert failures_tolerated(observed) == 1
+    observed["hosts"]["hv2"]["maintenance"] = True  # drained: out as much as down
+    assert failures_tolerated(observed) == 0
+    observed["hosts"]["hv3"]["fenced"] = True  # back, still fenced: no slot there
+    assert failures_tolerated(observed) == -1
+    # Beyond X, but one failure domain the map plans for: covered, with none to spare.
+    observed = cluster()
+    observed["vdm"].update(failures_to_tolerate=1, failure_domains_to_tolerate=1)
+    observed["vdm"]["hosts"]["hv1"]["failure_domain"] = "rack1"
+    observed["vdm"]["hosts"]["hv2"]["failure_domain"] = "rack1"
+    observed["hosts"]["hv1"]["alive"] = observed["hosts"]["hv2"]["alive"] = False
+    assert failures_tolerated(observed) == 0
+    observed["vdm"]["hosts"]["hv2"]["failure_domain"] = "rack2"
+    assert failures_tolerated(observed) == -1
+
+
+def test_the_map_in_etcd_says_the_failures_it_tolerates():
+    vdm = {"version": 1, "failures_to_tolerate": 1, "failure_domains_to_tolerate": 0,
+           "hosts": {"hv1": {}}, "vms": {}, "home": {}, "failover": {}}
+    view = ha_view(vdm)
+    assert (view["failures_to_tolerate"], view["failure_domains_to_tolerate"]) == (1, 0)

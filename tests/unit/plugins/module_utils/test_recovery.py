@@ -75,10 +75,13 @@ def test_the_outcome_records_what_started_and_what_did_not_with_why():
     done = recovery.plan([restart()], alive_status(), ITEMS)
     ok = recovery.outcome(done, ["web"], [])
     assert ok["records"][0]["value"] == {"host": "hv1", "state": "running"}
+    # What the notification tells: restarted in place, or relocated, and where.
+    assert ok["done"] == [{"vm": "web", "action": "restart", "from": "hv1", "to": "hv1"}]
     bad = recovery.outcome(done, [], ["name web: no memory"])
     assert bad["failed_records"][0]["value"] == {"host": "hv1", "state": "down",
                                                  "reason": "name web: no memory"}
     assert bad["events"][0]["kind"] == "start-failed"
+    assert bad["done"] == [] and bad["not_started"] == ["web"]
 
 
 def test_stop_and_fail_steps_record_their_state():
