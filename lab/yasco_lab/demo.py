@@ -4,8 +4,9 @@ A lab brought up afresh; a VDM planned for a mixed set of canary VMs (HA, plain,
 preemptible) and shown; the VMs provisioned and writing; the HA watcher started;
 a hypervisor crashed, and the evacuation told live with the seconds since the crash
 (lease expired, fenced, preempted, restarted, writing again); the host booted again
-and the return home told (each live migration and its guest pause); then a summary
-and the cluster report. The lab stays up for exploring.
+and the return home told (each live migration and its guest pause); then a summary,
+the notifications the operators got, the metrics and the cluster report. The lab
+stays up for exploring.
 
 Everything it tells comes from where an operator would look: etcd (the liveness key,
 the VMs' records, the cluster's history), the watcher's log, and the canaries' own
@@ -27,6 +28,7 @@ import yaml
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
 from . import lab, layout, prometheus, storage
+from .inbox import Inbox
 from .credentials import etcd_client
 from .errors import LabError
 from .waiting import wait_until
@@ -304,6 +306,20 @@ def summary(vdm: dict, host: str, failover: dict, back: dict) -> None:
           "of the guest during its live migration home")
 
 
+def show_notifications(inbox: Inbox, saved: Path) -> None:
+    """What the operators were told: each notification the HA actions sent to the
+    demo's webhook (docs/observability.md, yasco_notify_webhooks)."""
+    section("Notifications: what the operators were told")
+    bodies = [m["body"] for m in list(inbox.received)]
+    for body in bodies:
+        print(f"  [{body['severity']}] {body['subject']}")
+        for line in body.get("lines", []):
+            print(f"      {line}")
+    saved.write_text(json.dumps(bodies, indent=2) + "\n")
+    print(f"  (as JSON, with their details: {saved}; yasco_notify_webhooks and "
+          "yasco_notify_mail send them to yours)")
+
+
 def show_metrics(vdm: dict, host: str, crashed: float, picture: Path) -> None:
     """What the lab's Prometheus saw from the agents and the watcher, from just before
     the crash to now: the alerts that fired, how long the host and each HA VM were
@@ -392,6 +408,12 @@ def main() -> int:
         (inventory / "group_vars" / "all" / "demo.yml").write_text(
             "# The demo's VMs (make demo); removed with the lab.\n"
             + yaml.safe_dump({"yasco_vms": VMS}, sort_keys=False))
+        # The HA actions' notifications come here while the demo's watcher runs.
+        inbox = Inbox()
+        notify_vars = inventory / "group_vars" / "all" / "demo_notify.yml"
+        notify_vars.write_text("# The demo's webhook (make demo); removed at its end.\n"
+                               + yaml.safe_dump({"yasco_notify_webhooks": [
+                                   {"url": inbox.url + "/demo"}]}))
 
         section("Plan: where every VM lives, and where each HA VM goes on a failure")
         playbook("plan", log=playbooks_log)
@@ -419,9 +441,15 @@ def main() -> int:
                 failover = narrate_failover(etcd, vdm, host, logs / "watcher.log")
                 section(f"Boot {host}: return home")
                 back = narrate_return(etcd, vdm, host)
+                # The return home's notification is the last thing it does.
+                wait_until("the return home's notification",
+                           lambda: "return_home" in inbox.events(), 60, every=0.5)
             finally:
                 stop_watcher(watcher)
+                notify_vars.unlink(missing_ok=True)
         summary(vdm, host, failover, back)
+        show_notifications(inbox, logs / "notifications.json")
+        inbox.close()
         if info.get("prometheus"):
             section("Metrics: what Prometheus scraped, and the alerts it raised")
             show_metrics(vdm, host, crashed, logs / "metrics.png")

@@ -4,6 +4,7 @@ at home and no watcher behind."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -20,8 +21,8 @@ from yasco_lab.errors import LabError
 from ..ansible_run import ROOT
 from .lab_cluster import records
 
-SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Crash", "Boot", "Summary", "Metrics",
-            "Report"]
+SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Crash", "Boot", "Summary",
+            "Notifications", "Metrics", "Report"]
 
 # First of all (conftest.py): the demo replaces any lab, and the session's comes up
 # after it, fresh.
@@ -94,3 +95,17 @@ def test_the_metrics_show_the_failover_and_its_alert(demo):
     assert down and all(0 < s < held for s in down), (held, down)
     picture = Path(re.search(r"^  (\S+metrics\.png):", demo.stdout, flags=re.M).group(1))
     assert picture.stat().st_size > 10_000
+
+
+def test_the_operators_were_told_of_the_evacuation_and_the_return_home(demo):
+    crashed = re.search(r"^== Crash (hv\d)$", demo.stdout, flags=re.M).group(1)
+    told = re.findall(r"^  \[(\w+)\] (.*)$", demo.stdout, flags=re.M)
+    assert [t for t in told if t == ("warning", t[1]) and t[1].startswith(
+        f"lab: {crashed} failed; ") and "HA VM(s) started elsewhere" in t[1]], told
+    assert [t for t in told if t[1].startswith(f"lab: {crashed} is back; ")], told
+    saved = Path(re.search(r"as JSON, with their details: (\S+notifications\.json);",
+                           demo.stdout).group(1))
+    events = [body["event"] for body in json.loads(saved.read_text())]
+    assert events[:1] == ["evacuation"] and "return_home" in events, events
+    # The webhook was the demo's alone: the lab it leaves up sends nowhere.
+    assert not (layout.inventory_dir() / "group_vars" / "all" / "demo_notify.yml").exists()

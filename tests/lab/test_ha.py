@@ -24,10 +24,10 @@ from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import lab as lab_verbs
 from yasco_lab import credentials, hypervisor, layout, prometheus, storage
+from yasco_lab.inbox import Inbox
 from yasco_lab.lab import LabState
 
 from ..ansible_run import local_play, run_playbook
-from ..playbooks.test_notify import Receiver
 from ..test_grafana_dashboard import dashboard_queries
 from .conftest import yasco_lab
 from .lab_cluster import (etcd_leader, history, make_inventory, playbook, records, running,
@@ -101,7 +101,7 @@ def fixture_ha(lab, tmp_path_factory):
            names["batch"]: {"preemptible": True, "home": "hv2", "memory_mb": 512}}
     inventory = make_inventory(lab, scratch / "inventory", vms)
     # The evacuations' notifications go to a webhook receiver here.
-    receiver = Receiver()
+    receiver = Inbox()
     (inventory / "group_vars" / "all" / "notify.yml").write_text(yaml.safe_dump(
         {"yasco_notify_webhooks": [{"url": receiver.url + "/yasco"}]}))
     (inventory / "host_vars").mkdir()
@@ -362,6 +362,8 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     assert told["details"]["started"] == {n: targets[n] for n in ha_vms}, told
     assert told["subject"].startswith("lab: hv1 failed; 2 HA VM(s) started elsewhere"), told
     assert told["details"]["preempted"] == [names["batch"]] and told["severity"] == "warning"
+    # One message: its text says what its lines say, seconds and all.
+    assert told["text"] == "\n".join([told["subject"], *told["lines"]]), told
     stored = records(lab)
     for name in ha_vms:
         assert stored[name] == {"host": targets[name], "state": "running"}

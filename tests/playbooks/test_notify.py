@@ -9,48 +9,21 @@ an evacuation, a return home, a drain and the reconciler's restarts."""
 from __future__ import annotations
 
 import json
-import threading
 from email.header import decode_header, make_header
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.handlers import Message
+from yasco_lab.inbox import Inbox
 
 from ..ansible_run import ROOT, run_playbook
 from ..etcd.conftest import closed_port_url, free_port
 
 
-class Receiver:
-    """An HTTP server that keeps each POST's path, headers and JSON body."""
-
-    def __init__(self) -> None:
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.append({"path": self.path, "headers": dict(self.headers),
-                                 "body": json.loads(body)})
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(name="receiver")
-def fixture_receiver() -> Iterator[Receiver]:
-    receiver = Receiver()
+def fixture_receiver() -> Iterator[Inbox]:
+    receiver = Inbox()
     yield receiver
     receiver.close()
 
