@@ -5,9 +5,9 @@
 (docs/observability.md lists them, with the alerts shipped in
 files/prometheus/yasco.rules.yml).
 
-Level-based: nothing counts events on the side. Each scrape asks its owner for a
-snapshot of what it knows then (`Family` values), so a metric can never drift from
-the state it describes. Serving is best effort: a port that cannot be bound is
+Level-based: each scrape asks its owner for a snapshot of what it knows then
+(`Family` values), so a metric can never drift from the state it describes; a
+`Durations` is the one thing kept between scrapes, the durations an owner measured. Serving is best effort: a port that cannot be bound is
 reported and the owner runs on, since metrics must never take HA down with them.
 Imports nothing of Ansible, nor of the collection.
 """
@@ -25,7 +25,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 try:
     from prometheus_client import CollectorRegistry, make_wsgi_app
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
+                                        HistogramMetricFamily)
 except ImportError:  # reported by serve(), naming the package to install
     HAS_PROMETHEUS = False
 else:
@@ -42,15 +43,47 @@ class MetricsError(Exception):
 @dataclasses.dataclass
 class Family:
     """One metric family: `name` without the yasco_ prefix (and, for a counter,
-    without _total), `kind` gauge or counter, and its samples as (labels, value)."""
+    without _total), `kind` gauge, counter or histogram, and its samples as (labels,
+    value), a histogram's value being its `Durations`."""
     name: str
     kind: str
     help: str
-    samples: list[tuple[dict[str, str], float]] = dataclasses.field(default_factory=list)
+    samples: list[tuple[dict[str, str], Any]] = dataclasses.field(default_factory=list)
 
     def add(self, value: float, **labels: Any) -> Family:
         self.samples.append(({k: str(v) for k, v in labels.items()}, float(value)))
         return self
+
+
+class Durations:
+    """A histogram's state: how many durations fell at or under each bound (seconds),
+    their count and their sum. Thread-safe: its owner observes, scrapes read."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = tuple(sorted(bounds))
+        self.under = [0] * len(self.bounds)
+        self.count = 0
+        self.sum = 0.0
+        self.lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        with self.lock:
+            self.count += 1
+            self.sum += seconds
+            for index, bound in enumerate(self.bounds):
+                if seconds <= bound:
+                    self.under[index] += 1
+
+    def buckets(self) -> tuple[list[tuple[str, int]], float]:
+        """Cumulative (le, count) pairs ending with +Inf, and the sum."""
+        with self.lock:
+            return ([(f"{b:g}", n) for b, n in zip(self.bounds, self.under)]
+                    + [("+Inf", self.count)], self.sum)
+
+
+def histogram(name: str, help_text: str, durations: Durations) -> Family:
+    """A histogram family of one series, from `durations`."""
+    return Family(name, "histogram", help_text, [({}, durations)])
 
 
 def _family(kind: str, name: str, help_text: str, value: float | None = None,
@@ -85,11 +118,17 @@ class _Collector:
             LOG.error("metrics snapshot failed: %s", err)
             families = []
         for family in families:
-            cls = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
+            cls = {"counter": CounterMetricFamily,
+                   "histogram": HistogramMetricFamily}.get(family.kind, GaugeMetricFamily)
             names = sorted({k for labels, dummy in family.samples for k in labels})
             metric = cls(PREFIX + family.name, family.help, labels=names)
             for labels, value in family.samples:
-                metric.add_metric([labels.get(k, "") for k in names], value)
+                values = [labels.get(k, "") for k in names]
+                if family.kind == "histogram":
+                    buckets, total = value.buckets()
+                    metric.add_metric(values, buckets, total)
+                else:
+                    metric.add_metric(values, value)
             yield metric
 
 

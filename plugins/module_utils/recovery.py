@@ -26,9 +26,8 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     ceph_addrs, images_of, preempt_step)
-from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import REQUESTED_STATES
-
-ACTIONS = ("restart", "relocate", "stop", "fail", "confirm")
+from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
+    REQUESTED_STATES, STEP_ACTIONS as ACTIONS)
 
 
 class RecoveryError(Exception):

@@ -457,3 +457,46 @@ def test_the_leader_reports_standing_fences_to_be_checked_every_interval(
             source.events.get()
         time.sleep(4.5)
         assert source.events.empty(), source.events.get()
+
+
+def families_of(source: RunningSource) -> dict[str, Any]:
+    return {family.name: family for family in source.watcher.metric_families()}
+
+
+def test_the_leader_times_an_evacuation_until_the_ha_vms_run_elsewhere(etcd, cluster, start):
+    """From the host_down event to web running on a live host other than hv1, as the
+    reconciler reads it; a step the reconciler takes is counted by action."""
+    vdm = {"version": 1, "hosts": {"hv1": {"memory_mb": 4096}, "hv2": {"memory_mb": 4096}},
+           "vms": {"web": {"kind": "ha", "priority": 0, "memory_mb": 512}},
+           "home": {"web": "hv1"}, "failover": {"hv1": {"web": "hv2"}}}
+    with etcd.client() as client:
+        lease = web_on_hv1(client, cluster)
+        client.put_json(etcd_keys.domain_key("hv1", "web", cluster=cluster),
+                        {"state": "running"}, lease=lease)
+        client.put(etcd_keys.vdm_ha_key(cluster=cluster), to_json(ha_view(vdm)))
+        source = start(reconcile_interval=0.2)
+        wait_until_leading(source)
+        assert wait_for(lambda: source.watcher.observed is not None
+                        and "web" in source.watcher.observed["records"], WAIT)
+        client.revoke_lease(lease)
+        assert source.next()["type"] == "host_down"
+        emitted = time.monotonic()
+        time.sleep(1)  # the reconciler looks five times: still down, still timed
+        (durations,) = families_of(source)["evacuation_seconds"].samples
+        assert durations[1].count == 0 and len(source.watcher.evacuating) == 1
+        # The evacuation's work, as the playbook and hv2's agent leave it in etcd.
+        client.put(etcd_keys.vm_key("web", cluster=cluster),
+                   to_json({"host": "hv2", "state": "running"}))
+        client.put_json(etcd_keys.domain_key("hv2", "web", cluster=cluster),
+                        {"state": "running"})
+        assert wait_for(lambda: durations[1].count == 1, WAIT)
+        buckets, seconds = durations[1].buckets()
+        assert 1 <= seconds <= time.monotonic() - emitted + 0.5, seconds
+        assert buckets[-1] == ("+Inf", 1) and source.watcher.evacuating == []
+        # A VM that dies on a live host: the reconciler's restart is counted.
+        client.delete(etcd_keys.domain_key("hv2", "web", cluster=cluster))
+        event = source.next()
+        assert event["type"] == "vm_recover" and event["steps"][0]["action"] == "restart"
+        steps = {labels["action"]: value
+                 for labels, value in families_of(source)["reconciler_steps"].samples}
+        assert steps["restart"] == 1 and steps["relocate"] == 0

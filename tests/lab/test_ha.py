@@ -412,7 +412,9 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
         f'max_over_time(yasco_ha_vm_down{{vm="{names["ha1"]}"}}[10m]) == 1',
         # X = 1: with hv1 out the next failure was not covered; with it home, it is.
         'min_over_time(yasco_ha_failures_tolerated[10m]) == 0',
-        'yasco_ha_failures_tolerated == 1')}
+        'yasco_ha_failures_tolerated == 1',
+        # The leader timed the evacuation, from its event to the HA VMs running.
+        'sum(increase(yasco_evacuation_seconds_count[10m])) > 0')}
     assert all(seen.values()), {expr: bool(found) for expr, found in seen.items()}
     assert not prometheus.query('ALERTS{alertname=~"YascoHaVmDown|YascoHaVmRunningTwice|'
                                 'YascoWatcherWithoutLeader",alertstate="firing"}')

@@ -276,7 +276,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
-    ACTIVE, Memory, Policy, decide, failures_tolerated, ha_vms, observe)
+    ACTIVE, STEP_ACTIONS, Memory, Policy, decide, failures_tolerated, ha_vms, observe)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0
@@ -297,6 +297,10 @@ EVENT_TYPES = ("host_down", "host_up", "host_stable", "maintenance", "vm_recover
                "etcd_alarm", "etcd_space", "fences_standing")
 # How soon a host up for its hold-down whose agent missed a beat is looked at again.
 STABLE_RECHECK = 0.25
+# The bounds of the evacuation time histogram, in seconds; and how long an evacuation
+# is waited for before it is no longer timed (its VMs are then left to the alerts).
+EVACUATION_BUCKETS = (5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)
+EVACUATION_TIMED_FOR = 3600.0
 
 
 def _disarm_text(flag: dict[str, Any]) -> str:
@@ -385,6 +389,11 @@ class Watcher:
         self.observed_at = 0.0
         self.sizes: list[dict[str, Any]] = []
         self.metrics_listen = args.get("metrics_listen") or ""
+        # Each evacuation asked for and not yet seen done, as (when, its hosts, the HA
+        # VMs they ran); how long the finished ones took; the reconciler's steps.
+        self.evacuating: list[tuple[float, frozenset[str], set[str]]] = []
+        self.evacuations = metrics.Durations(EVACUATION_BUCKETS)
+        self.steps = dict.fromkeys(STEP_ACTIONS, 0)
 
     def _post(self, item: tuple) -> None:
         assert self.loop is not None and self.inbox is not None
@@ -577,6 +586,7 @@ class Watcher:
             observed = observe([kv for kvs in read.values() for kv in kvs],
                                lambda key: etcd_keys.parse_key(key, cluster=self.cluster))
             self.observed, self.observed_at = observed, time.time()
+            self._time_evacuations(observed)
             if self.disarmed is not None:
                 continue  # looked at for the metrics only
             decision = decide(observed, self.memory, self.policy, self.loop.time())
@@ -584,6 +594,7 @@ class Watcher:
             for step in decision["steps"]:
                 LOG.warning("reconciler: %s %s: %s", step["action"], step["vm"],
                             step["reason"])
+                self.steps[step["action"]] = self.steps.get(step["action"], 0) + 1
             if decision["steps"]:
                 hosts = sorted({s["to"] or s["from"] for s in decision["steps"]
                                 if s["to"] or s["from"]})
@@ -595,6 +606,36 @@ class Watcher:
                 LOG.warning("reconciler: the evacuation of %s is overdue: asking again",
                             ", ".join(decision["evacuate"]))
                 await self._emit(queue, "host_down", decision["evacuate"], resync=True)
+
+    def _time_evacuations(self, observed: dict[str, Any]) -> None:
+        """Time each evacuation asked for, from its host_down event until every HA VM
+        its hosts ran, and that is still meant to run, runs on a live host elsewhere."""
+        view, now = ha_vms(observed), self.loop.time()
+        waiting = []
+        for since, hosts, vms in self.evacuating:
+            left = {vm for vm in vms if vm in view and view[vm]["requested"] == "started"
+                    and (view[vm]["down"] or hosts & set(view[vm]["on"]))}
+            if not left:
+                self.evacuations.observe(now - since)
+            elif now - since > EVACUATION_TIMED_FOR:
+                LOG.warning("the evacuation of %s has not started %s within %.0f s: no "
+                            "longer timed", ", ".join(sorted(hosts)), ", ".join(sorted(left)),
+                            EVACUATION_TIMED_FOR)
+            else:
+                waiting.append((since, hosts, left))
+        self.evacuating = waiting
+
+    def _start_timing(self, hosts: list[str]) -> None:
+        """Note an evacuation of `hosts` just asked for, with the HA VMs they ran as the
+        reconciler's last look saw them; hosts already being timed are not again."""
+        timed = {host for evacuation in self.evacuating for host in evacuation[1]}
+        new = frozenset(hosts) - timed
+        if not new or self.observed is None:
+            return
+        vms = {vm for vm, state in ha_vms(self.observed).items()
+               if state["requested"] == "started" and state["host"] in new}
+        if vms:
+            self.evacuating.append((self.loop.time(), new, vms))
 
     async def _read_hosts(self, queue, reader: EtcdClient) -> None:
         """Read every hosts/ record (again), until etcd answers; then resync."""
@@ -866,6 +907,8 @@ class Watcher:
                    "cluster": self.cluster, "revision": self.applied, "at": timestamp(),
                    "resync": resync, "watcher": self.name, **(details or {})}
         LOG.warning("%s: %s", kind, ", ".join(hosts))
+        if kind == "host_down":
+            self._start_timing(hosts)
         await queue.put({"yasco": payload})
         self.emitted[kind] = self.emitted.get(kind, 0) + 1
 
@@ -893,6 +936,14 @@ class Watcher:
             counter("watcher_events", "Events this watcher emitted, by type.")]
         for kind, count in sorted(dict(self.emitted).items()):
             families[-1].add(count, watcher=self.name, type=kind)
+        families.append(counter("reconciler_steps", "The reconciler's steps, by action "
+                                "(restart, relocate, stop, fail, confirm)."))
+        for action, count in sorted(dict(self.steps).items()):
+            families[-1].add(count, watcher=self.name, action=action)
+        families.append(metrics.histogram(
+            "evacuation_seconds", "Seconds from a host_down event to every HA VM of its "
+            "hosts running on a live host elsewhere, as the reconciler saw it.",
+            self.evacuations))
         if not self.leader:
             return families
         up = gauge("host_up", "1 while the hypervisor's agent holds its lease.")
