@@ -7,7 +7,8 @@ files/prometheus/yasco.rules.yml).
 
 Level-based: each scrape asks its owner for a snapshot of what it knows then
 (`Family` values), so a metric can never drift from the state it describes; a
-`Durations` is the one thing kept between scrapes, the durations an owner measured. Serving is best effort: a port that cannot be bound is
+`Durations` is the one thing kept between scrapes, the durations an owner measured.
+Serving is best effort: a port that cannot be bound is
 reported and the owner runs on, since metrics must never take HA down with them.
 Imports nothing of Ansible, nor of the collection.
 """

@@ -27,7 +27,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_ke
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     ceph_addrs, images_of, preempt_step)
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
-    REQUESTED_STATES, STEP_ACTIONS as ACTIONS)
+    REQUESTED_STATES, STEP_ACTIONS)
 
 
 class RecoveryError(Exception):
@@ -72,9 +72,9 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                            "confirm": [], "events": []}
     for step in steps:
         action, name = step.get("action"), step.get("vm")
-        if action not in ACTIONS:
+        if action not in STEP_ACTIONS:
             raise RecoveryError(f"{name}: action {action!r}: must be one of "
-                                f"{', '.join(ACTIONS)}")
+                                f"{', '.join(STEP_ACTIONS)}")
         if name not in vms or name not in by_name:
             raise RecoveryError(f"{name}: not a VM of this inventory (yasco_vms) and etcd")
         record = vms[name].get("record")
