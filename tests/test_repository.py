@@ -15,7 +15,7 @@ BIN = Path(sys.executable).parent
 
 def run(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(list(args), capture_output=True, text=True, cwd=REPO,
-                            timeout=300, check=False, **kwargs)
+                            timeout=1200, check=False, **kwargs)
     assert result.returncode == 0, result.stdout + result.stderr
     return result
 

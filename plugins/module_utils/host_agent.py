@@ -613,8 +613,9 @@ class Agent:
             thread.start()
         notify_systemd("READY=1")
         self.stopping.wait()
+        deadline = time.monotonic() + self.config.ttl  # for all of them, not each
         for thread in threads:
-            thread.join(timeout=self.config.ttl)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.watchdog is not None and self.watchdog.fd >= 0:
             # Still counting: a lease may stand with HA VMs here unfenced.
             LOG.critical("watchdog left armed: it resets this host in %s s unless the "

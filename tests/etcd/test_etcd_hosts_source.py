@@ -227,18 +227,20 @@ def test_a_host_whose_agent_stopped_beating_in_its_hold_down_is_not_stable_until
         etcd, cluster, start):
     """Crashed again a moment after it came back: its lease outlives the hold-down,
     but its agent no longer rewrites its key, so it gets nothing back."""
+    # A TTL long enough that the leader does not end the lease while the test waits
+    # out the hold-down, even on a loaded machine; a hold-down longer than a beat.
     with etcd.client() as client:
         register(client, cluster, "hv2")
-        source = start(hold_down=1)
+        source = start(hold_down=5, leader_ttl=10)
         wait_until_leading(source)
         lease = client.grant_lease(60).id
         key = etcd_keys.alive_key("hv1", cluster=cluster)
-        client.put_json(key, {"host": "hv1", "ttl": 3}, lease=lease)  # beats every 1 s
+        client.put_json(key, {"host": "hv1", "ttl": 12}, lease=lease)  # beats every 4 s
         assert source.next()["type"] == "host_up"
-        with pytest.raises(queue.Empty):
-            source.events.get(timeout=3)
+        with pytest.raises(queue.Empty):  # the hold-down passes, with no beat after it
+            source.events.get(timeout=6)
         assert "hv1" in source.watcher.returning
-        client.put_json(key, {"host": "hv1", "ttl": 3}, lease=lease)  # it beats again
+        client.put_json(key, {"host": "hv1", "ttl": 12}, lease=lease)  # it beats again
         event = source.next()
         assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
 
