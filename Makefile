@@ -1,7 +1,7 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
 .PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery bench-fencing \
-	sanity units
+	bench-power-fencing sanity units
 
 setup:
 	@scripts/bootstrap
@@ -40,6 +40,11 @@ bench-recovery: setup
 # seen to expire, against no watchdog (docs/agent.md).
 bench-fencing: setup
 	.venv/bin/python benchmarks/fencing.py
+
+# A hung, cut-off hypervisor: powered off through its BMC before its HA VM starts
+# elsewhere, against the Ceph fence alone, on the lab (docs/production.md).
+bench-power-fencing: setup
+	.venv/bin/python benchmarks/power_fencing.py
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup

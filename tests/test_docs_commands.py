@@ -111,6 +111,9 @@ COVERAGE = [
     Covered(PLAYBOOK + r"remove_vm\.yml -e vm=\S+( \[-e delete_disk=\S+\])?",
             r'playbook\("remove_vm", inventory, vm=name, delete_disk=name\)',
             ("tests/lab/test_provisioning.py::test_remove_vm_keeps_the_disk_unless_confirmed",)),
+    Covered(PLAYBOOK + r"power_fence\.yml -e host=hv\d -e state=powered_on",
+            r'playbook\("power_fence", ha\["inventory"\], host="hv1", state="powered_on"\)',
+            (HA + "test_a_hung_partitioned_hypervisor_is_powered_off_by_its_bmc_before_its_vms_move",)),  # noqa: E501 - a test's node id
     Covered(PLAYBOOK + r"evacuate\.yml", r'playbook\("evacuate"',
             (HA + "test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets",)),
     # The watcher runs return_home.yml on host_stable (rulebooks/ha.yml), with

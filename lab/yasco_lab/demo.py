@@ -320,11 +320,12 @@ def show_notifications(inbox: Inbox, saved: Path) -> None:
           "yasco_notify_mail send them to yours)")
 
 
-def show_metrics(vdm: dict, host: str, crashed: float, picture: Path) -> None:
+def show_metrics(vdm: dict, host: str, crashed: float, end: float, picture: Path) -> None:
     """What the lab's Prometheus saw from the agents and the watcher, from just before
-    the crash to now: the alerts that fired, how long the host and each HA VM were
-    down by its samples, and a picture of those series."""
-    start, end = crashed - 10, time.time()
+    the crash to `end`, when the demo stopped its watcher (after that, the alert that
+    no watcher leads fires, as it should): the alerts that fired, how long the host
+    and each HA VM were down by its samples, and a picture of those series."""
+    start = crashed - 10
     alerts = prometheus.query_range('ALERTS{alertstate="firing"}', start, end)
     fired = sorted({(r["metric"]["alertname"],
                      r["metric"].get("host") or r["metric"].get("vm", "")) for r in alerts})
@@ -445,6 +446,7 @@ def main() -> int:
                 wait_until("the return home's notification",
                            lambda: "return_home" in inbox.events(), 60, every=0.5)
             finally:
+                watched_until = time.time()
                 stop_watcher(watcher)
                 notify_vars.unlink(missing_ok=True)
         summary(vdm, host, failover, back)
@@ -452,7 +454,7 @@ def main() -> int:
         inbox.close()
         if info.get("prometheus"):
             section("Metrics: what Prometheus scraped, and the alerts it raised")
-            show_metrics(vdm, host, crashed, logs / "metrics.png")
+            show_metrics(vdm, host, crashed, watched_until, logs / "metrics.png")
 
         section("Report")
         report_dir = logs / "report"

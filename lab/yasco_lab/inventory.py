@@ -10,7 +10,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
 
-from . import credentials, hypervisor, prometheus
+from . import bmc, credentials, hypervisor, prometheus
 from .layout import (CEPH_FENCE_CLIENT, CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL,
                      CEPH_PROVISION_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
                      ceph_address, ceph_conf_path, ceph_keyring_path, inventory_dir,
@@ -51,6 +51,9 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
             # No systemd in the lab: how drain and undrain stop and start the agent.
             "yasco_agent_start_command": hypervisor.agent_service_commands(h)["start"],
             "yasco_agent_stop_command": hypervisor.agent_service_commands(h)["stop"],
+            # The host's BMC (yasco-lab's IPMI emulator): evacuate.yml powers a failed
+            # host off through it when yasco_power_fence is require or prefer.
+            "yasco_fence_device": bmc.device(h.name),
             # What yasco.cluster.agent gives the host's agent (the lab starts it itself).
             **_etcd_vars("agent", credentials.EtcdUser(etcd_access.agent_role(h.name))),
         } for h in hosts},

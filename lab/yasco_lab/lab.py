@@ -16,11 +16,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import (canary, ceph, credentials, etcd, hypervisor, inventory, network, node,
-               prometheus, sshkeys)
+from . import (bmc, canary, ceph, credentials, etcd, hypervisor, inventory, network,
+               node, prometheus, sshkeys)
 from .errors import LabError
 from .layout import (BRIDGE, CEPH_POOL, CEPH_SECRET_UUID, MAX_HOSTS, PREFIX_LEN, HostLayout, ceph_address,
                      ceph_admin_keyring_path, ceph_conf_path, canary_dir, ceph_dir,
+                     controller_address,
                      host_names, inventory_dir, pki_dir, ssh_key_path, state_dir,
                      state_file, veth_name)
 
@@ -131,6 +132,7 @@ def _teardown(state: LabState | None) -> None:
             n = state.node(name)
             if n is not None and n.alive():
                 pids += [n.init_pid, n.unshare_pid]
+    bmc.stop()
     node.kill_pids(sorted(set(pids)))
     for name in [CEPH_NODE, prometheus.NODE] + host_names(MAX_HOSTS):
         network.delete_link(veth_name(name))
@@ -194,6 +196,9 @@ def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
         etcd.enable_access(hosts)
         for host in hosts:
             hypervisor.wait_ready(nodes[host.name], host, timeout=60)
+        log(f"starting the hosts' BMCs (IPMI at {controller_address()}, ports "
+            f"{bmc.port(hosts[0].name)}-{bmc.port(hosts[-1].name)})")
+        bmc.spawn([h.name for h in hosts])
         if prometheus.installed():
             log(f"starting Prometheus at {prometheus.url()} (the agents' and the HA "
                 "watcher's metrics, the collection's alerting rules)")
@@ -279,6 +284,13 @@ def _host_verb(name: str, running: bool) -> Iterator[tuple[LabState, HostLayout,
             raise LabError(f"{name} is running: `yasco-lab crash {name}` first")
         yield state, host, n
         state.save()
+
+
+def is_powered(name: str) -> bool:
+    """Whether host `name` is on (running or partitioned); takes no lock."""
+    state = LabState.load()
+    n = state.node(name) if state is not None else None
+    return n is not None and n.alive()
 
 
 def crash(name: str) -> None:

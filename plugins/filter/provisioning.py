@@ -12,6 +12,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.drain import (
     DrainError, plan as drain)
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     EvacuationError, after_fence, plan as evacuation)
+from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
+    PowerFenceError, outcome as power_outcome)
 from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
     ReturnHomeError, plan as return_home)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
@@ -89,6 +91,15 @@ def evacuation_fenced(evacuation, fence_result):
     return after_fence(evacuation or {"start": []}, fence_result or {})
 
 
+def evacuation_powered(power_result, failed, policy="none"):
+    """What the power fencing of the failed hosts came to (module_utils/power_fence.py)."""
+    try:
+        return power_outcome(failed or [], (power_result or {}).get("results") or [],
+                             policy)
+    except PowerFenceError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
 def rebalance_settled(failed_moves, status_vms):
     """The records of the moves that failed, where libvirt says their VMs run."""
     return settled_records(failed_moves or [], status_vms or [])
@@ -153,6 +164,7 @@ class FilterModule:
                 "rebalance_waves": rebalance_waves, "vdm_version_key": vdm_version_key,
                 "vm_records_prefix": vm_records_prefix, "evacuation_plan": evacuation_plan,
                 "evacuation_fenced": evacuation_fenced, "return_home_plan": return_home_plan,
+                "evacuation_powered": evacuation_powered,
                 "rebalance_settled": rebalance_settled,
                 "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
                 "host_key": host_key, "ha_disarmed_key": ha_disarmed_key,

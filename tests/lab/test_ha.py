@@ -22,6 +22,7 @@ import yaml
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
+from yasco_lab import bmc as lab_bmc
 from yasco_lab import lab as lab_verbs
 from yasco_lab import credentials, hypervisor, layout, prometheus, storage
 from yasco_lab.inbox import Inbox
@@ -552,6 +553,70 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
         last = writers(n)[-1]
         wait_for(f"{n} writing afresh", lambda n=n, last=last: writers(n)[-1][0] != last[0]
                  or writers(n)[-1][2] > last[2] + 3, BOOT, every=1)
+
+
+def test_a_hung_partitioned_hypervisor_is_powered_off_by_its_bmc_before_its_vms_move(
+        lab, ha):
+    """The power layer, tested by breaking the ones before it: hv1's agent is stopped
+    dead, so it neither self-fences nor pets anything, and hv1 is cut off, so its HA
+    guests keep running there. With yasco_power_fence: require, the evacuation powers
+    hv1 off through its BMC (the real fence_ipmilan, over IPMI, to the lab's BMC) and
+    starts nothing before the BMC confirms it off: while the BMC does not answer, the
+    watcher's evacuation fences and starts nothing; once it answers, the operator's
+    rerun powers hv1 off and moves the VMs. Powered on again through the BMC by
+    playbooks/power_fence.yml, hv1 boots and its VMs come home."""
+    told_before = len(ha["notified"])
+    names, vdm = ha["names"], ha["vdm"]
+    targets = vdm["failover"]["hv1"]
+    ha_vms = [names["ha1"], names["ha2"]]
+    assert all(running(lab).get(n) == ["hv1"] for n in ha_vms)
+    before = {n: writers(n)[-1] for n in ha_vms}
+    actions_before = len(lab_bmc.actions())
+    policy = ha["inventory"] / "group_vars" / "all" / "power_fence.yml"
+    policy.write_text(yaml.safe_dump({"yasco_power_fence": "require"}))
+    lab_bmc.stop()
+    try:
+        with etcd_client(lab["etcd_endpoints"]) as etcd:
+            agent = etcd.get_json(etcd_keys.alive_key("hv1", cluster=layout.CLUSTER_NAME))
+        LabState.load().node("hv1").run("kill", "-STOP", str(agent["pid"]))
+        yasco_lab("partition", "hv1")
+        wait_for("the evacuation to stop at the BMC", lambda: (
+            "hv1 not confirmed off (hv1's BMC at " in watcher_logs(ha)), EVACUATE, every=1)
+        assert all(records(lab)[n] == {"host": "hv1", "state": "running"} for n in ha_vms)
+        assert not [n for n in ha_vms if running(lab).get(n)]  # hv1's are out of reach
+        with etcd_client(lab["etcd_endpoints"]) as etcd:
+            assert etcd.get(etcd_keys.fence_key("hv1", cluster=layout.CLUSTER_NAME)) is None
+        lab_bmc.spawn([h["name"] for h in lab["hosts"]], fresh=False)
+        rc, results = playbook("evacuate", ha["inventory"])  # as the failure says
+        assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+        summary, = [r["msg"] for r in results if isinstance(r.get("msg"), list)]
+        assert "powered off by their BMCs: hv1" in summary, summary
+
+        def moved() -> bool:
+            if not all(running(lab).get(n) == [targets[n]] for n in ha_vms):
+                return False
+            assert not lab_verbs.is_powered("hv1"), "started elsewhere while hv1 had power"
+            return True
+
+        wait_for("HA VMs running on their targets, hv1 off", moved, EVACUATE, every=0.5,
+                 check=no_vm_twice(lab))
+    finally:
+        policy.unlink()
+        lab_bmc.spawn([h["name"] for h in lab["hosts"]], fresh=False)
+    assert [(a["host"], a["action"], a["was"], a["error"])
+            for a in lab_bmc.actions()[actions_before:]] == [("hv1", "off", "on", None)]
+    told = notified(ha, told_before, "evacuation", failed=["hv1"])
+    assert (told["details"]["powered_off"], told["details"]["power_errors"]) == (["hv1"], [])
+    for name in ha_vms:
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != before[n][0]
+                 and writers(n)[-1][2] > before[n][2] + 3, BOOT, every=1)
+        assert_writers_follow_each_other(name)
+    rc, results = playbook("power_fence", ha["inventory"], host="hv1", state="powered_on")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_for("hv1 registered again", lambda: "hv1" not in down_hosts(lab), 90, every=0.5)
+    assert [a["action"] for a in lab_bmc.actions()[actions_before:]] == ["off", "on"]
+    wait_until_home(lab, ha, "hv1")
+    no_vm_twice(lab)()
 
 
 def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(lab, ha):
