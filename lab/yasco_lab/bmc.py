@@ -63,27 +63,43 @@ def spawn(hosts: list[str], fresh: bool = True) -> None:
     and no actions yet; else as they were (a BMC that comes back)."""
     stop()
     if fresh or not password_file().exists():
-        password_file().write_text(secrets.token_urlsafe(12))
-        password_file().chmod(0o600)
+        password_file().unlink(missing_ok=True)
+        fd = os.open(password_file(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(12))
         actions_file().unlink(missing_ok=True)
-    with open(state_dir() / "bmc.log", "a") as log:
+    log_path = state_dir() / "bmc.log"
+    with open(log_path, "a") as log:
+        start = log.tell()
         subprocess.Popen([sys.executable, "-m", "yasco_lab.bmc", MARKER, *hosts],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                          start_new_session=True)
+    deadline = time.monotonic() + 30
+    while "BMCs of " not in log_path.read_text(errors="replace")[start:]:
+        if time.monotonic() > deadline:
+            raise LabError(f"the lab's BMCs did not start: see {log_path}")
+        time.sleep(0.1)
 
 
 def stop() -> None:
+    """Stop the lab's BMCs (not those a test serves over files), and wait until they
+    are gone: their ports are free again."""
+    stopped = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if MARKER.encode() in argv:
+            if MARKER.encode() in argv and b"--files" not in argv:
                 try:
                     os.kill(int(entry.name), signal.SIGKILL)
+                    stopped.append(entry)
                 except ProcessLookupError:
                     pass
+    deadline = time.monotonic() + 10
+    while any(entry.exists() for entry in stopped) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 class LabMachines:
@@ -98,8 +114,17 @@ class LabMachines:
         return host in self.booting or lab.is_powered(host)
 
     def power_off(self, host: str) -> None:
+        # In the background, as power_on: the lab's lock may be held for a while (a
+        # boot), and the BMCs of the other hosts must answer meanwhile. The fence
+        # agent polls the power state until the host is off.
         from . import lab
-        _with_lab(lab.crash, host)
+
+        def crash() -> None:
+            try:
+                _with_lab(lab.crash, host)
+            except LabError as err:
+                print(f"{host}: power off failed: {err}", flush=True)
+        threading.Thread(target=crash, daemon=True).start()
 
     def power_on(self, host: str) -> None:
         from . import lab

@@ -91,11 +91,11 @@ def evacuation_fenced(evacuation, fence_result):
     return after_fence(evacuation or {"start": []}, fence_result or {})
 
 
-def evacuation_powered(power_result, failed, policy="none"):
+def evacuation_powered(power_result, failed, policy="none", confirmed=None):
     """What the power fencing of the failed hosts came to (module_utils/power_fence.py)."""
     try:
         return power_outcome(failed or [], (power_result or {}).get("results") or [],
-                             policy)
+                             policy, confirmed or [])
     except PowerFenceError as err:
         raise AnsibleFilterError(str(err)) from err
 

@@ -6,7 +6,8 @@
 The agents (Debian's fence-agents: `fence_ipmilan` over IPMI, `fence_redfish` over
 Redfish) do the protocol and, on `off`, wait until the BMC reports the power off:
 a host is fenced only once its BMC says so. They read their options on standard
-input, one `name=value` a line, so the BMC's password is never on a command line.
+input, one `name="value"` a line, so the password is not on the agent's command line
+(fence_ipmilan hands it to ipmitool's, which ipmitool blanks as it starts).
 
 Exit codes, as every fence agent has them: 0 success (for `status`: on), 2 for
 `status` when off, anything else a failure, with the reason on standard error.
@@ -24,6 +25,7 @@ AGENTS = {"ipmilan": "fence_ipmilan", "redfish": "fence_redfish"}
 # What an agent's `--help` calls them: the port of the BMC is `ipport`.
 DEFAULT_PORTS = {"ipmilan": 623, "redfish": 443}
 STATES = ("on", "off")
+PRIVILEGES = ("callback", "user", "operator", "administrator")
 
 
 class PowerFenceError(Exception):
@@ -42,6 +44,8 @@ class FenceDevice:
     port: int | None = None
     lanplus: bool = True
     cipher: int | None = None
+    # The IPMI session's privilege level; fence_ipmilan asks for administrator.
+    privlvl: str | None = None
     # Redfish: which system the BMC manages, and whether its certificate is checked.
     systems_uri: str | None = None
     ssl_insecure: bool = False
@@ -62,13 +66,17 @@ class FenceDevice:
             lines["lanplus"] = int(self.lanplus)
             if self.cipher is not None:
                 lines["cipher"] = self.cipher
+            if self.privlvl:
+                lines["privlvl"] = self.privlvl
         else:
             lines["ssl"] = 1
             if self.ssl_insecure:
                 lines["ssl_insecure"] = 1
             if self.systems_uri:
                 lines["systems_uri"] = self.systems_uri
-        return "".join(f"{name}={value}\n" for name, value in lines.items())
+        # Quoted: the agents strip one pair of double quotes, and nothing else of
+        # the value (device() refuses line breaks, which would start a new option).
+        return "".join(f'{name}="{value}"\n' for name, value in lines.items())
 
 
 def device(host: str, spec: dict[str, Any]) -> FenceDevice:
@@ -97,10 +105,17 @@ def device(host: str, spec: dict[str, Any]) -> FenceDevice:
         raise PowerFenceError(f"{where}: port and cipher must be whole numbers") from None
     if port is not None and not 0 < port < 65536:
         raise PowerFenceError(f"{where}.port: {port} is not a port number")
+    broken = sorted(name for name, value in spec.items()
+                    if isinstance(value, str) and ("\n" in value or "\r" in value))
+    if broken:
+        raise PowerFenceError(f"{where}: {', '.join(broken)} must not hold a line break")
+    if spec.get("privlvl") not in (None, "", *PRIVILEGES):
+        raise PowerFenceError(f"{where}.privlvl: {spec['privlvl']!r} is not one of "
+                              f"{', '.join(PRIVILEGES)}")
     return FenceDevice(host=host, agent=spec["agent"], address=str(spec["address"]),
                        username=str(spec["username"]), password=str(spec["password"]),
                        port=port, lanplus=bool(spec.get("lanplus", True)), cipher=cipher,
-                       systems_uri=spec.get("systems_uri"),
+                       systems_uri=spec.get("systems_uri"), privlvl=spec.get("privlvl") or None,
                        ssl_insecure=bool(spec.get("ssl_insecure", False)))
 
 
@@ -117,6 +132,8 @@ def _run(dev: FenceDevice, action: str, timeout: float) -> subprocess.CompletedP
     except subprocess.TimeoutExpired:
         raise PowerFenceError(f"{dev.where}: {AGENTS[dev.agent]} {action} did not finish "
                               f"within {2 * timeout + 30:.0f} s") from None
+    except OSError as err:
+        raise PowerFenceError(f"{AGENTS[dev.agent]} did not run: {err}") from None
 
 
 def _reason(done: subprocess.CompletedProcess[str]) -> str:
@@ -131,8 +148,12 @@ def _reason(done: subprocess.CompletedProcess[str]) -> str:
 def power_state(dev: FenceDevice, timeout: float = 20) -> str:
     """`on` or `off`, as the BMC reports it."""
     done = _run(dev, "status", timeout)
-    if done.returncode in (0, 2):
-        return "on" if done.returncode == 0 else "off"
+    # Off is what lets the VMs start elsewhere: the agent must say it in words too.
+    said = done.stdout.strip().splitlines()[-1:] or [""]
+    if done.returncode == 0 and said[0] == "Status: ON":
+        return "on"
+    if done.returncode == 2 and said[0] == "Status: OFF":
+        return "off"
     raise PowerFenceError(f"{dev.where} did not say whether the host is on: "
                           f"{_reason(done)}; check the address, the credentials and that "
                           "the BMC answers")
@@ -161,27 +182,34 @@ def set_power(dev: FenceDevice, state: str, timeout: float = 20) -> dict[str, An
 POLICIES = ("require", "prefer", "none")
 
 
-def outcome(failed: list[str], results: list[dict[str, Any]], policy: str) -> dict[str, Any]:
+def outcome(failed: list[str], results: list[dict[str, Any]], policy: str,
+            confirmed: list[str] | None = None) -> dict[str, Any]:
     """What an evacuation's power fencing came to, from the registered results of
-    power_fence over the failed hosts that have a BMC (each result's `item` is the
-    host): `powered_off`, the hosts their BMCs confirmed off; `errors`, why the others
-    were not; and, with `require`, `refused`: every failed host not confirmed off,
-    with why, for which nothing may be fenced or started."""
+    power_fence over the newly failed hosts that have a BMC (each result's `item` is
+    the host): `powered_off`, the hosts their BMCs confirmed off; `confirmed`, those
+    an operator confirmed off instead (their BMC lost power with them, say);
+    `errors`, why the others were not; and, with `require`, `refused`: every failed
+    host confirmed off neither way, with why, for which nothing may be fenced or
+    started."""
     if policy not in POLICIES:
         raise PowerFenceError(f"yasco_power_fence: {policy!r} is not one of "
                               f"{', '.join(POLICIES)}")
     by_host = {result.get("item"): result for result in results or []}
-    powered_off, errors, refused = [], [], []
+    powered_off, errors, refused, by_hand = [], [], [], []
     for host in sorted(failed or []):
         result = by_host.get(host)
-        if result is None:
-            why = "no yasco_fence_device"
-        elif result.get("power") == "off":
+        if result is not None and result.get("power") == "off":
             powered_off.append(host)
             continue
+        if host in (confirmed or []):
+            by_hand.append(host)
+            continue
+        if result is None:
+            why = "no yasco_fence_device"
         else:
             why = result.get("msg") or "the BMC did not report it off"
             errors.append(why if why.startswith(f"{host}'s BMC") else f"{host}: {why}")
         if policy == "require":
             refused.append(f"{host} not confirmed off ({why})")
-    return {"powered_off": powered_off, "errors": errors, "refused": refused}
+    return {"powered_off": powered_off, "confirmed": by_hand, "errors": errors,
+            "refused": refused}

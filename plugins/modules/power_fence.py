@@ -73,6 +73,13 @@ options:
       cipher:
         description: The IPMI cipher suite, for V(ipmilan); the agent's default when left out.
         type: int
+      privlvl:
+        description:
+          - The IPMI session's privilege level, for V(ipmilan). C(fence_ipmilan) asks
+            for V(administrator) when left out; set V(operator) for a BMC user with
+            the power-control privilege alone.
+        type: str
+        choices: [callback, user, operator, administrator]
       systems_uri:
         description: The Redfish system the BMC manages, for V(redfish).
         type: str
@@ -98,7 +105,9 @@ attributes:
     support: full
     platforms: posix
 notes:
-  - The password goes to the agent on its standard input, never on a command line.
+  - The password goes to the agent on its standard input, not on its command line;
+    C(fence_ipmilan) hands it to C(ipmitool) with C(-P), which C(ipmitool) blanks as
+    it starts.
 seealso:
   - name: Pacemaker's fencing
     description: Why a cluster powers a failed node off before it recovers its resources.
@@ -160,6 +169,7 @@ DEVICE_SPEC = {
     "password": {"type": "str", "required": True, "no_log": True},
     "lanplus": {"type": "bool", "default": True},
     "cipher": {"type": "int"},
+    "privlvl": {"type": "str", "choices": ["callback", "user", "operator", "administrator"]},
     "systems_uri": {"type": "str"},
     "ssl_insecure": {"type": "bool", "default": False},
 }
