@@ -159,14 +159,15 @@ def power_state(dev: FenceDevice, timeout: float = 20) -> str:
                           "the BMC answers")
 
 
-def set_power(dev: FenceDevice, state: str, timeout: float = 20) -> dict[str, Any]:
-    """Power the host `state` (on or off) and confirm it with the BMC; what was done:
-    `before`, `power` (now), `changed` and `seconds`."""
+def set_power(dev: FenceDevice, state: str, timeout: float = 20,
+              check: bool = False) -> dict[str, Any]:
+    """Power the host `state` (on or off) and confirm it with the BMC; what was done
+    (with `check`, what would be): `before`, `power` (now), `changed` and `seconds`."""
     if state not in STATES:
         raise PowerFenceError(f"state: {state!r} is not one of {', '.join(STATES)}")
     started = time.monotonic()
     before = power_state(dev, timeout)
-    if before != state:
+    if before != state and not check:
         done = _run(dev, state, timeout)
         if done.returncode != 0:
             raise PowerFenceError(f"{dev.where} did not power the host {state}: "

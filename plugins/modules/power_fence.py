@@ -159,7 +159,7 @@ seconds:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
-    PowerFenceError, device, power_state, set_power)
+    PowerFenceError, device, set_power)
 
 DEVICE_SPEC = {
     "agent": {"type": "str", "choices": ["ipmilan", "redfish"], "required": True},
@@ -192,12 +192,7 @@ def main() -> None:
                              f"{params['timeout']}", host=host)
     try:
         dev = device(host, {k: v for k, v in params["device"].items() if v is not None})
-        if module.check_mode:
-            before = power_state(dev, params["timeout"])
-            result = {"before": before, "power": state, "changed": before != state,
-                      "seconds": 0.0}
-        else:
-            result = set_power(dev, state, params["timeout"])
+        result = set_power(dev, state, params["timeout"], check=module.check_mode)
     except PowerFenceError as err:
         module.fail_json(msg=str(err), host=host)
     module.exit_json(host=host, diff={"before": {"power": result["before"]},
