@@ -29,6 +29,10 @@ from .conftest import closed_port_url, wait_for
 SOURCE = (Path(__file__).resolve().parents[2] / "extensions" / "eda" / "plugins"
           / "event_source" / "etcd_hosts.py")
 WAIT = 30.0
+# The watchers' leader lease in these tests: a leader steps down after 0.6 of it with
+# no keepalive, and a shorter one stepped down on a loaded machine, so that what it
+# saw while not leading was left to a leader that was not there.
+LEADER_TTL = 6
 
 
 def load_source():
@@ -96,7 +100,7 @@ def fixture_start(etcd, cluster) -> Iterator:
     def start(**args: Any) -> RunningSource:
         # A dead endpoint first: the watcher must not depend on any one member.
         options = {"endpoints": [closed_port_url(), etcd.url], "cluster": cluster,
-                   "leader_ttl": 2, "settle": 0.3, **args}
+                   "leader_ttl": LEADER_TTL, "settle": 0.3, **args}
         source = RunningSource(options)
         running.append(source)
         return source
@@ -374,7 +378,7 @@ def test_tls_files_left_empty_in_the_rulebook_come_from_the_environment(
         lease = register(client, cluster, "hv1", ttl=1)
         register(client, cluster, "hv2")
         source = RunningSource({"endpoints": [etcd_tls.url], "cluster": cluster,
-                                "leader_ttl": 2, "settle": 0.3, "ca_cert": "",
+                                "leader_ttl": LEADER_TTL, "settle": 0.3, "ca_cert": "",
                                 "client_cert": "", "client_key": ""})
         try:
             wait_until_leading(source, renewing=(client, lease))

@@ -24,7 +24,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
 
 from .conftest import (ROOT, Started, ansible_env, parse_run, playbook_command, start_etcd,
                        stop, wait_for, wait_until_serving)
-from .test_etcd_hosts_source import RunningSource, wait_until_leading
+from .test_etcd_hosts_source import LEADER_TTL, RunningSource, wait_until_leading
 
 QUOTA = 4 * 1024 ** 2  # bytes: small, to fill in a second
 # An agent's liveness value is about 300 bytes; twenty agents rewrite theirs.
@@ -103,7 +103,7 @@ def test_a_full_etcd_keeps_the_agents_lease_ends_none_and_the_watcher_reports_it
     cluster = "full"
     with EtcdClient([full.url]) as client:
         source = RunningSource({"endpoints": [full.url], "cluster": cluster,
-                                "leader_ttl": 2, "settle": 0.3, "hold_down": 600})
+                                "leader_ttl": LEADER_TTL, "settle": 0.3, "hold_down": 600})
         agent = Agent(agent_config(full.url, cluster))
         beating = threading.Thread(target=agent.heartbeat, daemon=True)
         try:
@@ -200,7 +200,7 @@ def test_the_watcher_warns_before_etcd_is_full_and_says_when_it_is_not_any_more(
     member = etcd_started("filling", "--quota-backend-bytes", str(QUOTA))
     with EtcdClient([member.url]) as client:
         source = RunningSource({"endpoints": [member.url], "cluster": "filling",
-                                "leader_ttl": 2, "etcd_quota_bytes": str(QUOTA),
+                                "leader_ttl": LEADER_TTL, "etcd_quota_bytes": str(QUOTA),
                                 "etcd_space_warning": "60"})
         try:
             wait_until_leading(source)

@@ -29,7 +29,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
 from ..test_grafana_dashboard import dashboard_queries
 from .conftest import ROOT, CuttableLink, free_port, wait_for
 from .test_agent_start import TTL, MARGIN, URI, Running
-from .test_etcd_hosts_source import RunningSource, etcd_hosts, wait_until_leading
+from .test_etcd_hosts_source import LEADER_TTL, RunningSource, etcd_hosts, wait_until_leading
 
 RULES = ROOT / "files" / "prometheus" / "yasco.rules.yml"
 DOCS = ROOT / "docs" / "observability.md"
@@ -130,7 +130,7 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
     link = CuttableLink(etcd.url)
     listen = {"agent": f"127.0.0.1:{free_port()}", "watcher": f"127.0.0.1:{free_port()}"}
     agent = start_agent(link.url, cluster, listen["agent"])
-    source = RunningSource({"endpoints": [etcd.url], "cluster": cluster, "leader_ttl": 2,
+    source = RunningSource({"endpoints": [etcd.url], "cluster": cluster, "leader_ttl": LEADER_TTL,
                             "settle": 0.3, "hold_down": 600, "reconcile_interval": 0.5,
                             "metrics_listen": listen["watcher"], "name": "w1"})
     prometheus = None
