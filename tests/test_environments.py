@@ -233,6 +233,30 @@ def test_the_versions_the_tests_run_are_inside_the_ee_ranges():
         assert SpecifierSet(collection["version"]).contains(tested), (collection, tested)
 
 
+def test_galaxy_yml_the_ee_and_the_requirements_file_declare_the_same_collections():
+    """One statement of the collections YASCO needs, and the ansible-core it runs on:
+    the one installed here, where every test ran."""
+    declared_in = {
+        "galaxy.yml": GALAXY["dependencies"],
+        "collections/requirements.yml": {
+            c["name"]: c["version"] for c in yaml.safe_load(
+                (ROOT / "collections" / "requirements.yml").read_text())["collections"]},
+        DEFINITIONS[0]: {
+            c["name"]: c["version"] for c in yaml.safe_load(
+                (ROOT / DEFINITIONS[0]).read_text())["dependencies"]["galaxy"]["collections"]
+            if c.get("type") != "file"}}
+    assert declared_in["galaxy.yml"], "galaxy.yml declares no dependency"
+    assert all(d == declared_in["galaxy.yml"] for d in declared_in.values()), declared_in
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    core = importlib.metadata.version("ansible-core")
+    assert SpecifierSet(runtime["requires_ansible"]).contains(core), (runtime, core)
+    # Nothing claims an older one than meta/runtime.yml does.
+    lowest = runtime["requires_ansible"].removeprefix(">=").rsplit(".", 1)[0]
+    for meta in sorted((ROOT / "roles").glob("*/meta/main.yml")):
+        info = yaml.safe_load(meta.read_text())["galaxy_info"]
+        assert str(info["min_ansible_version"]) == lowest, meta
+
+
 def test_ansible_builder_introspection_finds_what_the_installed_collection_declares(
         ee, workspace):
     out = workspace["root"] / "collection-needs"
