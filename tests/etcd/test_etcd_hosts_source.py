@@ -196,7 +196,7 @@ def test_a_host_that_went_quiet_with_a_failed_one_is_reported_with_it(etcd, clus
         beating(client, cluster, "hv3", ttl=60)
         source = start(settle=3 * WAIT)
         wait_until_leading(source)
-        assert wait_for(lambda: set(source.watcher._quiet()) == {"hv1", "hv2"}, WAIT)
+        assert wait_for(lambda: set(source.watcher.states.quiet(source.watcher.loop.time())) == {"hv1", "hv2"}, WAIT)
         client.revoke_lease(first)
         time.sleep(0.3)  # apart, as a rack's leases expire: hv1 alone must not be reported
         client.revoke_lease(second)
@@ -219,7 +219,7 @@ def test_a_host_back_up_is_stable_after_the_hold_down_and_a_flapping_one_is_not(
         last = register(client, cluster, "hv1")
         assert (source.next()["type"]) == "host_up"
         # The hold-down counts from the last return, on its lease.
-        assert source.watcher.returning["hv1"][0] == last
+        assert source.watcher.states.returning["hv1"][0] == last
         event = source.next()
         assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
         # Once: the next event is the one asked for below, not a second host_stable.
@@ -243,7 +243,7 @@ def test_a_host_whose_agent_stopped_beating_in_its_hold_down_is_not_stable_until
         assert source.next()["type"] == "host_up"
         with pytest.raises(queue.Empty):  # the hold-down passes, with no beat after it
             source.events.get(timeout=6)
-        assert "hv1" in source.watcher.returning
+        assert "hv1" in source.watcher.states.returning
         client.put_json(key, {"host": "hv1", "ttl": 12}, lease=lease)  # it beats again
         event = source.next()
         assert (event["type"], event["hosts"]) == ("host_stable", ["hv1"])
@@ -326,7 +326,7 @@ def test_only_the_leader_emits_and_a_standby_takes_over_when_it_dies(etcd, clust
         marker = client.put_json(etcd_keys.maintenance_key("hv2", cluster=cluster),
                                  {"by": "operator"})
         assert leader.next()["type"] == "maintenance"
-        assert wait_for(lambda: standby.watcher.applied >= marker, WAIT), \
+        assert wait_for(lambda: standby.watcher.states.applied >= marker, WAIT), \
             "the standby did not see the changes"
         assert standby.events.empty(), standby.events.get()
         leader.stop()  # its leader key lives on until its lease expires

@@ -271,19 +271,18 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
 from ansible_collections.yasco.cluster.plugins.module_utils import metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, KeyValue, WatchEvent, json_or_none,
-    to_json)
+    NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, WatchEvent, json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.host_states import (
+    HostStates, agent_ttl)
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
-    ACTIVE, STEP_ACTIONS, Memory, Policy, decide, failures_tolerated, ha_vms, observe)
+    STEP_ACTIONS, Memory, Policy, decide, failures_tolerated, ha_vms, observe)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0
-# How often the leader looks for liveness keys older than their TTL, and how much
-# older than the TTL they must be (the agent self-fences a margin before it).
+# How often the leader looks for liveness keys older than their TTL.
 STALE_CHECK = 0.25
-STALE_SLACK = 0.5
 # How often the disarm flag is read.
 DISARM_CHECK = 1.0
 # How often etcd's alarms are read: well within an agent's TTL, so that a lease is
@@ -295,8 +294,6 @@ SPACE_CHECK = 10.0
 # first of a kind shows as an increase.
 EVENT_TYPES = ("host_down", "host_up", "host_stable", "maintenance", "vm_recover",
                "etcd_alarm", "etcd_space", "fences_standing")
-# How soon a host up for its hold-down whose agent missed a beat is looked at again.
-STABLE_RECHECK = 0.25
 # The bounds of the evacuation time histogram, in seconds; and how long an evacuation
 # is waited for before it is no longer timed (its VMs are then left to the alerts).
 EVACUATION_BUCKETS = (5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)
@@ -339,9 +336,10 @@ class Watcher:
         self.endpoints = (args["endpoints"].split(",") if isinstance(args["endpoints"], str)
                           else list(args["endpoints"]))
         self.cluster = args.get("cluster") or etcd_keys.DEFAULT_CLUSTER
-        self.hosts = set(args.get("hosts") or [])
-        self.settle = float(args.get("settle", 1.0))
-        self.hold_down = float(args.get("hold_down", 60))
+        # The hosts' records and what is owed to them (module_utils/host_states.py).
+        self.states = HostStates(self.cluster, args.get("hosts") or (),
+                                 settle=float(args.get("settle", 1.0)),
+                                 hold_down=float(args.get("hold_down", 60)))
         self.ttl = int(args.get("leader_ttl", 5))
         self.name = args.get("name") or f"{socket.gethostname()}-{os.getpid()}"
         self.prefix = etcd_keys.hosts_prefix(cluster=self.cluster)
@@ -350,18 +348,8 @@ class Watcher:
         self.leader = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.inbox: asyncio.Queue | None = None
-        # The hosts/ records as of revision `applied`; 0 until the first read.
-        self.records: dict[str, KeyValue] = {}
-        self.applied = 0
-        # Hosts whose liveness key went while this watcher looked, even with no
-        # record left; forgotten when they register again or are taken out.
-        self.lost: set[str] = set()
         # The cluster's disarm flag while it is set (playbooks/disarm.yml), else None.
         self.disarmed: dict[str, Any] | None = None
-        # Host back up -> (its lease, when it is stable: event loop time).
-        self.returning: dict[str, tuple[int, float]] = {}
-        # Liveness key -> when (event loop time) its current revision was seen.
-        self.seen: dict[str, float] = {}
         # etcd's alarms as last read, and when (event loop time) one was last seen:
         # no key counts as stale for what it missed until then.
         self.alarms: list[dict[str, str]] = []
@@ -409,7 +397,7 @@ class Watcher:
         self.ready.wait()
         while not self.stop.is_set():
             try:
-                for dummy, events in etcd.watch_prefix(self.prefix, self.applied + 1,
+                for dummy, events in etcd.watch_prefix(self.prefix, self.states.applied + 1,
                                                        idle=self.ttl):
                     if events:
                         self._post(("changes", events))
@@ -480,8 +468,7 @@ class Watcher:
                                         daemon=True))
         for thread in threads:
             thread.start()
-        pending: set[str] = set()
-        settled = 0.0  # when the pending failures are reported (event loop time)
+        states = self.states
         stale = armed = alarmed = reconciling = server = None
         self.nudge = asyncio.Event()
         try:
@@ -495,23 +482,19 @@ class Watcher:
             while True:
                 # Counted from the first failure: the agents' rewrites keep changes
                 # coming, and must not put the report off.
-                if pending and self.disarmed is not None:
+                if states.pending and self.disarmed is not None:
                     LOG.warning("HA DISARMED (%s): not reporting host_down for %s; re-arming "
                                 "reports it", _disarm_text(self.disarmed),
-                                ", ".join(sorted(pending)))
-                    pending = set()
-                if pending and (self.loop.time() >= settled or not self._quiet()):
-                    down = self._down()
-                    await self._emit(queue, "host_down", sorted(pending & set(down)),
-                                     down=down)  # not those back within `settle`
-                    pending = set()
-                await self._report_stable(queue)
-                deadlines = ([settled] if pending else []) + [
-                    due for dummy, due in self.returning.values()]
+                                ", ".join(sorted(states.pending)))
+                    states.pending = set()
+                await self._report(queue, [states.failures(self.loop.time())])
+                for host in states.stable(self.loop.time(), armed=self.disarmed is None):
+                    await self._emit(queue, "host_stable", [host])
+                deadline = states.deadline()
                 try:
                     item = await asyncio.wait_for(
                         self.inbox.get(),
-                        max(0.0, min(deadlines) - self.loop.time()) if deadlines else None)
+                        None if deadline is None else max(0.0, deadline - self.loop.time()))
                 except asyncio.TimeoutError:
                     continue
                 if item[0] == "leader":
@@ -524,15 +507,9 @@ class Watcher:
                 else:
                     # Each stream delivers its member's changes in order; another stream
                     # may have delivered them already. A revision's changes come whole.
-                    fresh = [e for e in item[1] if e.kv.mod_revision > self.applied]
-                    if any(self._domain_change(e) for e in fresh):
+                    if any(self._domain_change(e) for e in states.fresh(item[1])):
                         self.nudge.set()  # a domain came or went: the reconciler looks
-                    for event in fresh:
-                        if not pending:
-                            settled = self.loop.time() + self.settle
-                        await self._change(queue, event, pending)
-                    if fresh:
-                        self.applied = max(e.kv.mod_revision for e in fresh)
+                    await self._report(queue, states.apply(item[1], self.loop.time()))
         finally:
             tasks = [task for task in (stale, armed, alarmed, reconciling)
                      if task is not None]
@@ -641,66 +618,16 @@ class Watcher:
         """Read every hosts/ record (again), until etcd answers; then resync."""
         revision, kvs = await _until_answered(f"reading {self.prefix}", reader.read_prefix,
                                               self.prefix)
-        if revision < self.applied:
+        if not self.states.load(kvs, revision, self.loop.time()):
             return  # a lagging member answered; the watch is ahead of it
-        self.records = {kv.key: kv for kv in kvs if self._host_record(kv.key)}
-        # Counted from now: a reread (a start, a compaction) delays a stale key's
-        # end by at most one TTL, and never ends a live one.
-        now = self.loop.time()
-        self.seen = {key: now for key in self.records}
-        self.applied = revision
         self.ready.set()
         await self._resync(queue, reader)
 
-    def _host_record(self, key: str) -> etcd_keys.ParsedKey | None:
-        parsed = etcd_keys.parse_key(key, cluster=self.cluster)
-        if (parsed is None or parsed.kind not in etcd_keys.HOST_RECORDS
-                or (self.hosts and parsed.host not in self.hosts)):
-            return None
-        return parsed
-
-    async def _change(self, queue, event: WatchEvent, pending: set[str]) -> None:
-        parsed = self._host_record(event.kv.key)
-        if parsed is None:
-            return
-        if event.kind == "DELETE":
-            self.records.pop(event.kv.key, None)
-            self.seen.pop(event.kv.key, None)
-        else:
-            self.records[event.kv.key] = event.kv
-            self.seen[event.kv.key] = self.loop.time()
-        if parsed.kind == "alive" or (parsed.kind == "registered" and event.kind == "DELETE"):
-            self.lost.discard(parsed.host)
-        if parsed.kind == "alive" and event.kind == "DELETE":
-            # A planned stop writes its marker before it ends the lease.
-            self.returning.pop(parsed.host, None)
-            if etcd_keys.maintenance_key(parsed.host, cluster=self.cluster) in self.records:
-                LOG.info("%s: stopped in maintenance, no failure", parsed.host)
-            else:
-                LOG.warning("%s: liveness key gone (lease expired)", parsed.host)
-                pending.add(parsed.host)
-                self.lost.add(parsed.host)
-        elif parsed.kind == "alive" and (event.previous is None
-                                         or event.previous.lease != event.kv.lease):
-            pending.discard(parsed.host)
-            # A host back from maintenance gets its VMs from the undrain, not from here;
-            # one back from its agent's own stop (a reboot) clears that marker itself
-            # right after registering, and gets its VMs back like any other.
-            marker = self.records.get(etcd_keys.maintenance_key(parsed.host,
-                                                                cluster=self.cluster))
-            if marker is None or _by_agent(marker):
-                self.returning[parsed.host] = (event.kv.lease,
-                                               self.loop.time() + self.hold_down)
-            await self._emit(queue, "host_up", [parsed.host],
-                             details={"registration": event.kv.json()})
-        elif parsed.kind == "maintenance" and event.kind == "PUT":
-            record = json_or_none(event.kv.value)
-            # The agent's planned stop, the drain and the emergency shutdown write their
-            # own markers: a request is anyone else's.
-            if not (isinstance(record, dict)
-                    and record.get("by") in etcd_keys.PLANNED_MAINTENANCE):
-                await self._emit(queue, "maintenance", [parsed.host],
-                                 details={"marker": record})
+    async def _report(self, queue, reports) -> None:
+        """Emit what the hosts' states say is due (None: nothing)."""
+        for report in reports:
+            if report is not None:
+                await self._emit(queue, report.kind, report.hosts, details=report.details)
 
     async def _end_stale_leases(self, reader: EtcdClient) -> None:
         """As the leader, end the lease of every host whose liveness key has not been
@@ -713,16 +640,9 @@ class Watcher:
             await asyncio.sleep(STALE_CHECK)
             if not self.leader:
                 continue
-            for key, kv in list(self.records.items()):
-                parsed = self._host_record(key)
-                ttl = _agent_ttl(kv)
-                age = self.loop.time() - max(self.seen.get(key, self.loop.time()),
-                                             self.alarm_seen)
-                if (parsed is None or parsed.kind != "alive" or not kv.lease
-                        or ttl is None or age < ttl + STALE_SLACK):
-                    continue
+            for host, kv, age in self.states.stale(self.loop.time(), self.alarm_seen):
                 try:
-                    current = await asyncio.to_thread(reader.get, key)
+                    current = await asyncio.to_thread(reader.get, kv.key)
                     if current is None or current.mod_revision != kv.mod_revision:
                         continue
                     if await asyncio.to_thread(reader.alarms):
@@ -731,11 +651,11 @@ class Watcher:
                         continue
                     LOG.warning("%s: liveness key not rewritten for %.1f s (ttl %s): ending "
                                 "lease %x, which etcd renewed on a leader election",
-                                parsed.host, age, ttl, kv.lease)
+                                host, age, agent_ttl(kv), kv.lease)
                     await asyncio.to_thread(reader.revoke_lease, kv.lease)
-                    self.seen[key] = self.loop.time()  # once; the watch brings the rest
+                    self.states.seen[kv.key] = self.loop.time()  # once; the watch brings the rest
                 except EtcdError as err:
-                    LOG.warning("ending the stale lease of %s: %s; retrying", parsed.host, err)
+                    LOG.warning("ending the stale lease of %s: %s; retrying", host, err)
 
     async def _follow_disarm(self, queue, reader: EtcdClient) -> None:
         """Read the cluster's disarm flag every DISARM_CHECK seconds. While it is set,
@@ -853,26 +773,6 @@ class Watcher:
                           "percent": round(100 * status["db_size"] / self.quota_bytes, 1)})
         return sizes
 
-    async def _report_stable(self, queue) -> None:
-        """host_stable for each host up on the same lease for hold_down seconds, once
-        its agent is beating: a host that fails again keeps its lease for up to a TTL,
-        and must not get its VMs back meanwhile. It waits for the next beat, or its
-        key's expiry forgets it."""
-        now = self.loop.time()
-        for host, (lease, due) in list(self.returning.items()):
-            if due > now:
-                continue
-            key = etcd_keys.alive_key(host, cluster=self.cluster)
-            alive = self.records.get(key)
-            up = self.disarmed is None and alive is not None and alive.lease == lease
-            if up and self._missed_beat(key):
-                self.returning[host] = (lease, now + STABLE_RECHECK)
-                continue
-            # Forgotten while disarmed: re-arming resyncs, which counts it afresh.
-            del self.returning[host]
-            if up:
-                await self._emit(queue, "host_stable", [host])
-
     async def _resync(self, queue, reader: EtcdClient) -> None:
         """As the leader, report every hypervisor down while etcd records VMs on it,
         and count the hold-down of every host up while its fence is recorded."""
@@ -881,30 +781,20 @@ class Watcher:
         vms, fences = etcd_keys.vms_prefix(cluster=self.cluster), etcd_keys.fences_prefix(
             cluster=self.cluster)
         read = await _until_answered("resync", reader.get_prefixes, [vms, fences])
-        for kv in read[fences]:
-            host = kv.key.rsplit("/", 1)[-1]
-            alive = self.records.get(etcd_keys.alive_key(host, cluster=self.cluster))
-            if alive is not None and host not in self.returning:
-                self.returning[host] = (alive.lease, self.loop.time() + self.hold_down)
-        busy: set[str] = set()
-        for record in (json_or_none(kv.value) for kv in read[vms]):
-            if isinstance(record, dict) and record.get("state") in ACTIVE:
-                busy.add(record.get("host"))
-                # Claimed by an evacuation that did not finish starting it.
-                if record.get("state") == "starting":
-                    busy.add(record.get("from"))
-        await self._emit(queue, "host_down", sorted(set(self._down()) & busy), resync=True)
+        down = self.states.resync([kv.key.rsplit("/", 1)[-1] for kv in read[fences]],
+                                  [json_or_none(kv.value) for kv in read[vms]],
+                                  self.loop.time())
+        await self._emit(queue, "host_down", down, resync=True)
 
     async def _emit(self, queue, kind: str, hosts: list[str], resync: bool = False,
-                    down: list[str] | None = None,
                     details: dict[str, Any] | None = None, always: bool = False) -> None:
         if not hosts and not always:
             return
         if not self.leader:
             LOG.info("not the leader: %s %s left to the leader", kind, ", ".join(hosts))
             return
-        payload = {"type": kind, "hosts": hosts, "down": self._down() if down is None else down,
-                   "cluster": self.cluster, "revision": self.applied, "at": timestamp(),
+        payload = {"type": kind, "hosts": hosts, "down": self.states.down(),
+                   "cluster": self.cluster, "revision": self.states.applied, "at": timestamp(),
                    "resync": resync, "watcher": self.name, **(details or {})}
         LOG.warning("%s: %s", kind, ", ".join(hosts))
         if kind == "host_down":
@@ -948,7 +838,7 @@ class Watcher:
             return families
         up = gauge("host_up", "1 while the hypervisor's agent holds its lease.")
         maintenance = gauge("host_maintenance", "1 while the hypervisor is in maintenance.")
-        for host, have in sorted(self._host_kinds().items()):
+        for host, have in sorted(self.states.kinds().items()):
             up.add(int("alive" in have), host=host)
             maintenance.add(int("maintenance" in have), host=host)
         families += [up, maintenance,
@@ -995,56 +885,9 @@ class Watcher:
             fenced.add(int(bool(state.get("fenced"))), host=host)
         return families
 
-    def _quiet(self) -> list[str]:
-        """The hosts still alive whose agent missed a beat (or that registered no TTL):
-        these may be failing with the ones pending."""
-        quiet = []
-        for key in list(self.seen):
-            parsed = self._host_record(key)
-            if parsed is not None and parsed.kind == "alive" and (
-                    self._missed_beat(key) is not False):
-                quiet.append(parsed.host)
-        return quiet
-
-    def _missed_beat(self, key: str) -> bool | None:
-        """Whether the liveness key `key` has not been rewritten for a third of the TTL
-        its agent registered with (an agent beats at least that often); None when it
-        names no TTL."""
-        ttl = _agent_ttl(self.records.get(key))
-        if ttl is None:
-            return None
-        return self.loop.time() - self.seen.get(key, self.loop.time()) > ttl / 3
-
-    def _down(self) -> list[str]:
-        """The hypervisors with neither a liveness key nor a maintenance marker."""
-        return sorted(host for host, kinds in self._host_kinds().items()
-                      if "alive" not in kinds and "maintenance" not in kinds)
-
-    def _host_kinds(self) -> dict[str, set[str]]:
-        """Each hypervisor known (named, lost or recorded) -> the kinds of record it has
-        (alive, registered, maintenance)."""
-        hosts: dict[str, set[str]] = {host: set() for host in self.hosts | self.lost}
-        for key in list(self.records):  # the metrics read it from another thread
-            parsed = self._host_record(key)
-            if parsed is not None:
-                hosts.setdefault(parsed.host, set()).add(parsed.kind)
-        return hosts
-
 
 def _alarm_text(alarms: list[dict[str, str]]) -> str:
     return ", ".join(f"{alarm['alarm']} on member {alarm['member']}" for alarm in alarms)
-
-
-def _by_agent(marker: KeyValue) -> bool:
-    record = json_or_none(marker.value)
-    return isinstance(record, dict) and record.get("by") == "agent"
-
-
-def _agent_ttl(alive: KeyValue | None) -> float | None:
-    """The TTL an agent registered in its liveness key, if it did."""
-    record = json_or_none(alive.value) if alive is not None else None
-    ttl = record.get("ttl") if isinstance(record, dict) else None
-    return ttl if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else None
 
 
 async def _until_answered(what: str, read, *args: Any) -> Any:
