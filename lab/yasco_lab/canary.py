@@ -41,7 +41,7 @@ RING_RECORDS = 2048  # the ring is the first 1 MiB of the disk
 PROBE_MARKER = "YASCO-CANARY-PROBE-OK"
 # Wanted modules; build() adds whatever they depend on and orders them.
 MODULES = ("virtio_ring", "virtio", "virtio_pci_legacy_dev", "virtio_pci_modern_dev",
-           "virtio_pci", "virtio_blk")
+           "virtio_pci", "virtio_blk", "pvpanic-mmio")
 CMDLINE = "console=ttyS0 panic=-1 quiet"
 BUSYBOX = Path("/bin/busybox")
 _FORMAT = 1  # bump when the initrd layout changes without the inputs changing
@@ -81,6 +81,9 @@ if grep -qw yasco.probe=1 /proc/cmdline; then
     poweroff -f
     idle
 fi
+# An NMI (virsh inject-nmi) panics the kernel, which reports it to QEMU through the
+# pvpanic device: how the lab makes a guest crash.
+echo 1 > /proc/sys/kernel/unknown_nmi_panic || log "no unknown_nmi_panic"
 
 i=0
 while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done

@@ -21,7 +21,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
 
 # Kinds the collection writes; others are accepted, for operators' own notes.
 KINDS = ("provisioned", "started", "migrated", "removed", "fenced", "unfenced",
-         "self-fenced", "evacuated", "returned", "maintenance", "note")
+         "self-fenced", "crashed", "evacuated", "returned", "maintenance", "note")
 _ATTEMPTS = 64
 
 

@@ -59,6 +59,16 @@ from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
 
 VERSION = "0.2.0"
 LOG = logging.getLogger("yasco-agent")
+# libvirt's details of a VIR_DOMAIN_EVENT_CRASHED lifecycle event.
+CRASH_DETAILS = {0: "the guest's kernel panicked (reported through pvpanic)",
+                 1: "the guest's kernel panicked and loaded its crash kernel"}
+# And of a VIR_DOMAIN_EVENT_ID_WATCHDOG event: what QEMU did.
+WATCHDOG_ACTIONS = {1: "the guest hung: its watchdog expired and it was paused",
+                    2: "the guest hung: its watchdog expired and it was reset",
+                    3: "the guest hung: its watchdog expired and it was powered off",
+                    4: "the guest hung: its watchdog expired and it was shut down",
+                    5: "the guest hung: its watchdog expired (debug only)",
+                    6: "the guest hung: its watchdog expired and an NMI was injected"}
 
 
 SHUTDOWN_POLICIES = ("conditional", "freeze", "failover")
@@ -259,6 +269,7 @@ class Agent:
         self.unregistered = True
         self.disconnected = False
         self.fences: list[dict[str, Any]] = []  # self-fences not yet in the history
+        self.crashes: list[dict[str, Any]] = []  # guest crashes not yet in the history
         self.given_up = 0  # the lease of the last self-fence, until it is surely gone
         self.started = time.time()
         # HA disarmed in freeze mode (playbooks/disarm.yml), as last read: nothing would
@@ -509,8 +520,9 @@ class Agent:
                 if conn is None:
                     conn = lv.connect(self.config.libvirt_uri)
                     conn.domainEventRegisterAny(
-                        None, lv.libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-                        lambda *args: self.wake_publisher.set(), None)
+                        None, lv.libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self.domain_event, None)
+                    conn.domainEventRegisterAny(
+                        None, lv.libvirt.VIR_DOMAIN_EVENT_ID_WATCHDOG, self.watchdog_event, None)
                 active = conn.listAllDomains(lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
                 running = {d.name(): lv.domain_state(d) for d in active}
                 self.domains = {d.name(): (lv.domain_kind(d) or "unmanaged", running[d.name()])
@@ -528,6 +540,7 @@ class Agent:
                 for name in set(published) - set(running):
                     etcd.delete(self.keys["domains"] + name)
                     del published[name]
+                self.record_crashes(etcd)
             except EtcdError as err:
                 LOG.warning("publishing domains: %s", err)
                 published, lease = {}, 0
@@ -535,6 +548,43 @@ class Agent:
                 LOG.warning("reading domains: %s", err)
                 conn = None
         etcd.close()
+
+    def domain_event(self, dummy_conn, dom, event: int, detail: int, dummy_opaque) -> None:
+        """libvirt's lifecycle callback: the publisher looks again at once, and a guest
+        crash (a panic its kernel reported through the pvpanic device) is noted for
+        the history. libvirt resets such a guest in place (on_crash restart) or powers
+        it off (on_crash destroy): either way this is the one trace it leaves."""
+        if event == lv.libvirt.VIR_DOMAIN_EVENT_CRASHED:
+            self._note_crash(dom.name(), CRASH_DETAILS.get(
+                detail, f"crashed (libvirt detail {detail})"))
+        self.wake_publisher.set()
+
+    def watchdog_event(self, dummy_conn, dom, action: int, dummy_opaque) -> None:
+        """libvirt's watchdog callback: the guest's watchdog device expired (a hung
+        guest whose watchdog daemon stopped), and QEMU took its action (reset)."""
+        self._note_crash(dom.name(), WATCHDOG_ACTIONS.get(
+            action, f"the guest's watchdog expired (libvirt action {action})"))
+
+    def _note_crash(self, vm: str, reason: str) -> None:
+        LOG.warning("%s: %s", vm, reason)
+        with self.lock:
+            self.crashes.append({"vm": vm, "at": time.time(), "reason": reason})
+
+    def record_crashes(self, etcd: EtcdClient) -> None:
+        """Write the guest crashes noted since the last time to the history."""
+        with self.lock:
+            pending, self.crashes = self.crashes, []
+        try:
+            while pending:
+                crash = pending[0]
+                cluster_events.append(etcd, cluster_events.event(
+                    "crashed", host=self.config.host, vm=crash["vm"], by="agent",
+                    details={"reason": crash["reason"]}, at=crash["at"]),
+                    cluster=self.config.cluster)
+                pending.pop(0)
+        finally:
+            with self.lock:
+                self.crashes[:0] = pending  # kept for the next time etcd answers
 
     # -- life cycle ---------------------------------------------------------------
 

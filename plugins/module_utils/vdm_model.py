@@ -30,7 +30,7 @@ VM_KEYS = {"vcpus", "memory_mb", "disk_gb", "net_mbps", "ha", "priority", "preem
            "anti_affinity", "hosts", "placement", "home"}
 # Boot and disk fields belong to provisioning; the planner accepts and ignores them.
 VM_KEYS_IGNORED = {"image", "kernel", "initrd", "cmdline", "networks", "cloud_init",
-                   "autostart_on_home", "guest_agent"}
+                   "autostart_on_home", "guest_agent", "on_crash", "watchdog"}
 CAPACITY_KEYS = set(RESOURCES)
 
 

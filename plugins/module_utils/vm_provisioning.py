@@ -18,9 +18,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
 # The VM fields provisioning reads (the planner's fields are checked by vdm_model).
 BOOT_KEYS = {"image", "disk_gb", "kernel", "initrd", "cmdline", "networks", "cloud_init",
-             "autostart_on_home", "guest_agent"}
+             "autostart_on_home", "guest_agent", "on_crash", "watchdog"}
 CLOUD_INIT_KEYS = {"user_data", "meta_data", "network_config"}
 CLUSTER_KEYS = ("pool", "monitors", "ceph_user", "secret_uuid", "virt_type")
+# What libvirt does when a guest's kernel panics (module libvirt_domain's spec).
+ON_CRASH = ("restart", "destroy")
 
 
 class ProvisioningError(Exception):
@@ -138,6 +140,15 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
             problems.append(f"VM {name}: guest_agent must be true or false")
         elif spec.get("guest_agent"):
             domain["guest_agent"] = True
+        if spec.get("watchdog") not in (None, True, False):
+            problems.append(f"VM {name}: watchdog must be true or false")
+        elif spec.get("watchdog"):
+            domain["watchdog"] = True
+        if spec.get("on_crash") not in (None, *ON_CRASH):
+            problems.append(f"VM {name}: on_crash must be one of {', '.join(ON_CRASH)}, "
+                            f"got {spec['on_crash']!r}")
+        elif spec.get("on_crash"):
+            domain["on_crash"] = spec["on_crash"]
         autostart = spec.get("autostart_on_home", True)
         if not isinstance(autostart, bool):
             problems.append(f"VM {name}: autostart_on_home must be true or false")

@@ -165,6 +165,33 @@ options:
         type: bool
         default: false
         version_added: 0.1.0
+      on_crash:
+        description:
+          - What happens when the guest's kernel panics.
+          - V(restart) gives the guest a pvpanic device, through which its kernel
+            (Linux's C(pvpanic) driver, loaded by any distribution kernel) reports a
+            panic, and libvirt then resets the guest within the same QEMU process. It
+            boots again on this host within seconds, its disks' locks kept, and the
+            host agent records the crash in the cluster's history. A guest left to
+            hang on a panic (Linux's default, C(panic=0)) would otherwise run on,
+            silently dead.
+          - V(destroy) powers the domain off, as libvirt's own default does; an HA VM
+            is then restarted by the HA reconciler, through a playbook run.
+        type: str
+        choices: [restart, destroy]
+        default: restart
+        version_added: 0.1.0
+      watchdog:
+        description:
+          - Give the guest an C(i6300esb) watchdog device with the action C(reset). A
+            watchdog daemon in the guest (systemd's C(RuntimeWatchdogSec), or the
+            C(watchdog) package) pets it; when the guest hangs and the daemon stops,
+            QEMU resets the guest in place once the daemon's timeout has passed, and
+            the host agent records it in the cluster's history. Without a daemon the
+            device does nothing.
+        type: bool
+        default: false
+        version_added: 0.1.0
       kind:
         description:
           - The VM's kind in YASCO, kept in the domain's metadata. The host agent
@@ -371,6 +398,8 @@ SPEC_OPTIONS = {
     "serial_log": {"type": "path"},
     "kind": {"type": "str", "choices": ["ha", "plain", "preemptible"]},
     "guest_agent": {"type": "bool", "default": False},
+    "on_crash": {"type": "str", "choices": ["restart", "destroy"], "default": "restart"},
+    "watchdog": {"type": "bool", "default": False},
 }
 
 

@@ -11,6 +11,7 @@ fails again during its return is evacuated again."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import bmc as lab_bmc
@@ -170,6 +172,43 @@ def restored_after_a_failure(request, lab, ha):
     for host in ("hv1", "hv2"):
         playbook("return_home", ha["inventory"], yasco_host=host)
     wait_until_home(lab, ha, "hv1")
+
+
+def qemu_pid(vm: str) -> str:
+    """The PID of the QEMU that runs `vm`, wherever it runs."""
+    found = subprocess.run(["pgrep", "-f", f"guest={vm},"], capture_output=True, text=True,
+                           check=False).stdout.split()
+    assert len(found) == 1, f"{vm}: QEMU processes {found}"
+    return found[0]
+
+
+def test_an_ha_vm_whose_guest_panics_is_reset_in_place_by_libvirt(lab, ha):
+    """A kernel panic (an NMI, with unknown_nmi_panic set in the guest): the guest
+    reports it through its pvpanic device and libvirt resets it within the same QEMU
+    (on_crash restart), which keeps the disk's lock. Nothing else moves: the reconciler
+    has nothing to do, the record stays, and the agent puts the crash in the history."""
+    name = ha["names"]["ha1"]
+    (host,) = running(lab)[name]
+    qemu, last = qemu_pid(name), writers(name)[-1]
+    restarted = len(history(lab, "restarted", [name]))
+    conn = lv.connect(next(h["libvirt_uri"] for h in lab["hosts"] if h["name"] == host), 5.0)
+    try:
+        conn.lookupByName(name).injectNMI(0)
+    finally:
+        conn.close()
+    panicked = time.monotonic()
+    wait_for(f"{name} writing again", lambda: writers(name)[-1][0] != last[0], BOOT,
+             every=0.5, check=no_vm_twice(lab))
+    print(f"\n{name} writing again {time.monotonic() - panicked:.1f} s after its kernel "
+          "panicked")
+    assert running(lab)[name] == [host] and qemu_pid(name) == qemu, "not reset in place"
+    assert_writers_follow_each_other(name)
+    (crash,) = wait_for("the crash in the history", lambda: history(lab, "crashed", [name]),
+                        30, every=0.5)
+    assert crash["host"] == host and crash["by"] == "agent"
+    assert "panicked" in crash["details"]["reason"], crash
+    assert records(lab)[name] == {"host": host, "state": "running"}
+    assert len(history(lab, "restarted", [name])) == restarted, "the reconciler acted too"
 
 
 def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place(lab, ha):

@@ -301,3 +301,24 @@ def test_domain_info_tells_a_domain_without_an_agent_from_one_whose_agent_is_sil
     assert silent["not_ready"] == ["vm1", "nothere"]
     assert silent["domains"][1]["state"] == "undefined"
     assert "guest_agent" not in info(name="vm1", guest_agent=False)["domains"][0]
+
+
+def test_a_guest_that_panics_is_reset_in_place_unless_it_is_to_be_destroyed(conn):
+    run()
+    xml = conn.lookupByName("vm1").XMLDesc(0)
+    assert "<on_crash>restart</on_crash>" in xml and "<panic model='isa'" in xml
+    assert lv.domain_summary(xml)["on_crash"] == "restart"
+    assert not run()["changed"]
+    destroyed = run(spec={**SPEC, "on_crash": "destroy"})
+    assert destroyed["changed"] and destroyed["pending_restart"]
+    xml = conn.lookupByName("vm1").XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    assert "<on_crash>destroy</on_crash>" in xml and "<panic" not in xml
+
+
+def test_a_watchdog_device_is_defined_when_asked_for_and_compared(conn):
+    run(spec={**SPEC, "watchdog": True})
+    xml = conn.lookupByName("vm1").XMLDesc(0)
+    assert "<watchdog model='i6300esb' action='reset'" in xml
+    assert lv.domain_summary(xml)["watchdog"] is True
+    assert not run(spec={**SPEC, "watchdog": True})["changed"]
+    assert run(spec={**SPEC, "watchdog": False})["pending_restart"]
