@@ -62,6 +62,8 @@ LOG = logging.getLogger("yasco-agent")
 # libvirt's details of a VIR_DOMAIN_EVENT_CRASHED lifecycle event.
 CRASH_DETAILS = {0: "the guest's kernel panicked (reported through pvpanic)",
                  1: "the guest's kernel panicked and loaded its crash kernel"}
+# Guest crashes kept for the history while etcd is out of reach.
+CRASHES_KEPT = 100
 # And of a VIR_DOMAIN_EVENT_ID_WATCHDOG event: what QEMU did.
 WATCHDOG_ACTIONS = {1: "the guest hung: its watchdog expired and it was paused",
                     2: "the guest hung: its watchdog expired and it was reset",
@@ -518,11 +520,7 @@ class Agent:
                 continue
             try:
                 if conn is None:
-                    conn = lv.connect(self.config.libvirt_uri)
-                    conn.domainEventRegisterAny(
-                        None, lv.libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self.domain_event, None)
-                    conn.domainEventRegisterAny(
-                        None, lv.libvirt.VIR_DOMAIN_EVENT_ID_WATCHDOG, self.watchdog_event, None)
+                    conn = self._watch_domains()
                 active = conn.listAllDomains(lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
                 running = {d.name(): lv.domain_state(d) for d in active}
                 self.domains = {d.name(): (lv.domain_kind(d) or "unmanaged", running[d.name()])
@@ -546,8 +544,23 @@ class Agent:
                 published, lease = {}, 0
             except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
                 LOG.warning("reading domains: %s", err)
+                if conn is not None:
+                    conn.close()
                 conn = None
+        if conn is not None:
+            conn.close()
         etcd.close()
+
+    def _watch_domains(self) -> WatchedConnection:
+        """A libvirt connection whose domain events call back here."""
+        watched = WatchedConnection(lv.connect(self.config.libvirt_uri))
+        try:
+            watched.register(lv.libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, self.domain_event)
+            watched.register(lv.libvirt.VIR_DOMAIN_EVENT_ID_WATCHDOG, self.watchdog_event)
+        except lv.libvirt.libvirtError:
+            watched.close()
+            raise
+        return watched
 
     def domain_event(self, dummy_conn, dom, event: int, detail: int, dummy_opaque) -> None:
         """libvirt's lifecycle callback: the publisher looks again at once, and a guest
@@ -564,11 +577,15 @@ class Agent:
         guest whose watchdog daemon stopped), and QEMU took its action (reset)."""
         self._note_crash(dom.name(), WATCHDOG_ACTIONS.get(
             action, f"the guest's watchdog expired (libvirt action {action})"))
+        self.wake_publisher.set()
 
     def _note_crash(self, vm: str, reason: str) -> None:
         LOG.warning("%s: %s", vm, reason)
         with self.lock:
-            self.crashes.append({"vm": vm, "at": time.time(), "reason": reason})
+            # A guest that crashes at every boot, while etcd is out of reach, must not
+            # fill the agent's memory: the newest are kept.
+            self.crashes = [*self.crashes, {"vm": vm, "at": time.time(),
+                                            "reason": reason}][-CRASHES_KEPT:]
 
     def record_crashes(self, etcd: EtcdClient) -> None:
         """Write the guest crashes noted since the last time to the history."""
@@ -798,6 +815,34 @@ def _is_active(dom) -> bool:
 def _by_agent(value: str) -> bool:
     data = json_or_none(value)
     return isinstance(data, dict) and data.get("by") == "agent"
+
+
+class WatchedConnection:
+    """A libvirt connection with domain event callbacks, which `close` deregisters
+    first: libvirt-python's callback data holds the connection, which would otherwise
+    live on, unseen, and call back for every event after."""
+
+    def __init__(self, conn) -> None:
+        self.conn = conn
+        self.callbacks: list[int] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.conn, name)
+
+    def register(self, event_id: int, callback) -> None:
+        self.callbacks.append(self.conn.domainEventRegisterAny(None, event_id, callback, None))
+
+    def close(self) -> None:
+        for callback in self.callbacks:
+            try:
+                self.conn.domainEventDeregisterAny(callback)
+            except lv.libvirt.libvirtError:
+                pass  # a broken connection: closing it ends its callbacks too
+        self.callbacks = []
+        try:
+            self.conn.close()
+        except lv.libvirt.libvirtError:
+            pass
 
 
 @functools.cache

@@ -203,8 +203,8 @@ def render_domain_xml(name: str, spec: dict[str, Any]) -> str:
     _sub(domain, "on_poweroff", "destroy")
     _sub(domain, "on_reboot", "restart")
     # A guest kernel that panics tells QEMU through the pvpanic device (below), and
-    # libvirt then resets it in the same QEMU process, which keeps its disks' locks:
-    # back within a boot, with no fence and no other host involved.
+    # libvirt then resets it in the same QEMU process, which keeps its disks' locks
+    # (back within a boot, with no fence and no other host involved), or powers it off.
     _sub(domain, "on_crash", spec.get("on_crash") or "restart")
     devices = _sub(domain, "devices")
     for index, disk in enumerate(spec.get("disks", [])):
@@ -226,8 +226,7 @@ def render_domain_xml(name: str, spec: dict[str, Any]) -> str:
     if spec.get("guest_agent"):
         channel = _sub(devices, "channel", type="unix")
         _sub(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
-    if (spec.get("on_crash") or "restart") != "destroy":
-        _sub(devices, "panic", model="isa")  # pvpanic, ACPI QEMU0001
+    _sub(devices, "panic", model="isa")  # pvpanic, ACPI QEMU0001
     if spec.get("watchdog"):
         # Reset in place by QEMU once the guest's watchdog daemon stops petting it.
         _sub(devices, "watchdog", model="i6300esb", action="reset")
@@ -311,7 +310,7 @@ def domain_summary(xml: str, what: str = "domain XML") -> dict[str, Any]:
         "serials": serials,
         "kind": _kind(root),
         "guest_agent": has_guest_agent_channel(root),
-        "on_crash": root.findtext("on_crash"),
+        "on_crash": (root.findtext("on_crash") or "destroy").strip(),  # libvirt's default
         # Ours alone: libvirt adds an itco watchdog to every q35 domain by itself.
         "watchdog": any(w.get("model") == "i6300esb" for w in root.findall("devices/watchdog")),
     }

@@ -136,14 +136,12 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
         for key in ("kernel", "initrd", "cmdline"):
             if spec.get(key):
                 domain[key] = spec[key]
-        if spec.get("guest_agent") not in (None, True, False):
-            problems.append(f"VM {name}: guest_agent must be true or false")
-        elif spec.get("guest_agent"):
-            domain["guest_agent"] = True
-        if spec.get("watchdog") not in (None, True, False):
-            problems.append(f"VM {name}: watchdog must be true or false")
-        elif spec.get("watchdog"):
-            domain["watchdog"] = True
+        for flag in ("guest_agent", "watchdog"):
+            if not isinstance(spec.get(flag, False), bool):
+                problems.append(f"VM {name}: {flag} must be true or false, got "
+                                f"{spec[flag]!r}")
+            elif spec.get(flag):
+                domain[flag] = True
         if spec.get("on_crash") not in (None, *ON_CRASH):
             problems.append(f"VM {name}: on_crash must be one of {', '.join(ON_CRASH)}, "
                             f"got {spec['on_crash']!r}")

@@ -176,7 +176,8 @@ options:
             hang on a panic (Linux's default, C(panic=0)) would otherwise run on,
             silently dead.
           - V(destroy) powers the domain off, as libvirt's own default does; an HA VM
-            is then restarted by the HA reconciler, through a playbook run.
+            is then restarted by the HA reconciler, through a playbook run. The
+            pvpanic device is there either way.
         type: str
         choices: [restart, destroy]
         default: restart

@@ -72,7 +72,7 @@ def up(etcd: Etcd, *hosts: str, now: float = 0.0) -> HostStates:
 
 
 def beat_all(states: HostStates, etcd: Etcd, now: float, *hosts: str) -> None:
-    states.apply([etcd.beat(h) for h in hosts], now)
+    assert states.apply([etcd.beat(h) for h in hosts], now) == []  # a beat is no news
 
 
 def test_a_lost_lease_is_reported_at_once_while_every_other_host_beats(etcd):
@@ -133,7 +133,7 @@ def test_an_operators_marker_asks_for_maintenance_and_the_planned_ones_do_not(et
 def test_a_host_is_stable_after_its_hold_down_only_while_its_agent_beats(etcd):
     states = up(etcd, "hv1", "hv2")
     states.apply([etcd.delete("alive", "hv1")], 1.0)
-    states.failures(1.0 + SETTLE)
+    assert states.failures(1.0 + SETTLE).hosts == ["hv1"]
     states.apply([etcd.register("hv1")], 10.0)
     due = 10.0 + HOLD_DOWN
     assert states.deadline() == due
@@ -218,3 +218,44 @@ def test_only_the_hosts_named_are_looked_at_and_a_lost_one_is_down_without_recor
     assert states.apply([etcd.register("hv1")], 1.0)[0].kind == "host_up"
     states.apply([etcd.delete("alive", "hv1")], 2.0)
     assert "hv1" in states.lost and states.down() == ["hv1", "hv2"]
+
+
+def test_a_pending_host_put_in_maintenance_before_the_settle_is_not_reported(etcd):
+    states = up(etcd, "hv1", "hv2")
+    states.apply([etcd.delete("alive", "hv1")], 4.0)  # hv2 quiet: the settle runs
+    states.apply([etcd.put("maintenance", "hv1", {"by": "drain"})], 5.0)
+    assert states.failures(4.0 + SETTLE) is None and states.pending == set()
+
+
+def test_a_host_whose_agent_names_no_ttl_counts_as_quiet(etcd):
+    states = up(etcd, "hv1", "hv2")
+    states.apply([etcd.put("alive", "hv2", {"host": "hv2"}, lease=7)], 1.0)  # no ttl
+    assert states.missed_beat(etcd_keys.alive_key("hv2", cluster=CLUSTER), 1.0) is None
+    assert states.quiet(1.0) == ["hv2"]
+    states.apply([etcd.delete("alive", "hv1")], 1.5)
+    assert states.failures(1.5) is None, "reported before the settle while hv2 is quiet"
+
+
+def test_a_new_leader_keeps_a_hold_down_already_counting(etcd):
+    states = up(etcd, "hv1", "hv2")
+    states.apply([etcd.delete("alive", "hv1")], 1.0)
+    states.apply([etcd.register("hv1")], 10.0)
+    assert states.resync(["hv1"], [], 20.0) == []
+    assert states.returning["hv1"][1] == 10.0 + HOLD_DOWN
+
+
+def test_a_host_back_on_a_new_lease_under_an_operators_marker_is_not_stable(etcd):
+    states = up(etcd, "hv1", "hv2")
+    states.apply([etcd.delete("alive", "hv1")], 1.0)
+    states.apply([etcd.register("hv1")], 10.0)
+    states.apply([etcd.put("maintenance", "hv1", {"by": "operator"})], 11.0)
+    states.apply([etcd.register("hv1")], 12.0)  # the agent restarted: a new lease
+    beat_all(states, etcd, 10.0 + HOLD_DOWN, "hv1")
+    assert states.stable(10.0 + HOLD_DOWN) == [] and states.returning == {}
+
+
+def test_a_batch_of_several_revisions_is_applied_up_to_its_last(etcd):
+    states = up(etcd, "hv1", "hv2")
+    batch = [etcd.beat("hv1"), etcd.beat("hv2"), etcd.put("maintenance", "hv2", {"by": "x"})]
+    assert [r.kind for r in states.apply(batch, 1.0)] == ["maintenance"]
+    assert states.applied == batch[-1].kv.mod_revision

@@ -312,7 +312,7 @@ def test_a_guest_that_panics_is_reset_in_place_unless_it_is_to_be_destroyed(conn
     destroyed = run(spec={**SPEC, "on_crash": "destroy"})
     assert destroyed["changed"] and destroyed["pending_restart"]
     xml = conn.lookupByName("vm1").XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-    assert "<on_crash>destroy</on_crash>" in xml and "<panic" not in xml
+    assert "<on_crash>destroy</on_crash>" in xml and "<panic model='isa'" in xml
 
 
 def test_a_watchdog_device_is_defined_when_asked_for_and_compared(conn):
@@ -322,3 +322,11 @@ def test_a_watchdog_device_is_defined_when_asked_for_and_compared(conn):
     assert lv.domain_summary(xml)["watchdog"] is True
     assert not run(spec={**SPEC, "watchdog": True})["changed"]
     assert run(spec={**SPEC, "watchdog": False})["pending_restart"]
+
+
+def test_raw_xml_without_on_crash_is_libvirts_default_and_a_rerun_changes_nothing(conn):
+    xml = ("<domain type='test'><name>vm1</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>"
+           "<os><type>hvm</type></os></domain>")
+    assert run(spec=None, xml=xml)["changed"]
+    assert lv.domain_summary(xml)["on_crash"] == "destroy"
+    assert not run(spec=None, xml=xml)["changed"]
