@@ -31,8 +31,8 @@ bench-provision: setup
 bench-failover: setup
 	.venv/bin/python benchmarks/failover.py
 
-# A VM killed, a failed start, a clean reboot and a host crash, to the canary writing
-# again, with the HA reconciler and without it, on the lab (docs/ha.md).
+# A guest panic, a VM killed, a failed start, a clean reboot and a host crash, to the
+# canary writing again, with the HA reconciler and without it, on the lab (docs/ha.md).
 bench-recovery: setup
 	.venv/bin/python benchmarks/recovery.py
 

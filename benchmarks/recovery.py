@@ -8,6 +8,9 @@ failures only).
 Brings the lab up if it is not, provisions three HA canary VMs (one homed on each
 hypervisor) and runs the HA watcher (scripts/watch). Faults, each run on the next
 canary or host in turn:
+- guest panic: an NMI into a canary, whose kernel panics on it; libvirt resets the
+  guest in place (on_crash restart, through its pvpanic device), with or without
+  the watcher;
 - VM killed: SIGKILL to a canary's QEMU, its host alive (as the OOM killer does);
 - failed start: the same, on a host that can no longer start VMs (its libvirt
   secret for Ceph removed), so the restart in place fails and the VM is relocated;
@@ -48,7 +51,7 @@ from yasco_lab.credentials import etcd_client  # noqa: E402
 from yasco_lab.errors import LabError  # noqa: E402
 from yasco_lab.waiting import wait_until as wait  # noqa: E402
 
-FAULTS = ("VM killed", "failed start", "clean reboot", "host crash")
+FAULTS = ("guest panic", "VM killed", "failed start", "clean reboot", "host crash")
 HOSTS = ("hv1", "hv2", "hv3")
 
 
@@ -90,7 +93,11 @@ def one_run(fault: str, name: str, give_up: float) -> float | None:
         lab_verbs.ceph_secret(host, present=False)
     started = time.time()
     try:
-        if fault in ("VM killed", "failed start"):
+        if fault == "guest panic":
+            panicked = lab_verbs.run_on_host(host, "virsh", "inject-nmi", name)
+            if panicked.returncode != 0:
+                raise SystemExit(f"virsh inject-nmi {name}: {panicked.stderr.strip()}")
+        elif fault in ("VM killed", "failed start"):
             lab_verbs.kill_qemu(name)
         elif fault == "clean reboot":
             subprocess.run([str(BIN / "yasco-lab"), "reboot", host], check=True,
