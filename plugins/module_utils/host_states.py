@@ -17,20 +17,20 @@ emits what comes back.
 - A liveness key that its agent has not rewritten for longer than the TTL it
   registered is stale: its lease is to be ended (etcd renewed it on an election).
 
-It imports nothing but the standard library, the key layout (etcd_keys) and the
-reconciler's record states, as the decision environment needs. A key-value needs
+It imports nothing but the standard library, the key layout (etcd_keys), etcd's
+JSON decoding and the reconciler's record states, as the decision environment needs. A key-value needs
 `key`, `value`, `lease` and `mod_revision`, a change `kind`, `kv` and `previous`, as
 module_utils/etcd.py has them.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import json_or_none
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import ACTIVE
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
@@ -50,22 +50,15 @@ class Report:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _record(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None
-
-
 def by_agent(marker: Any) -> bool:
     """Whether a maintenance marker (a key-value) is the agent's own (a planned stop)."""
-    record = _record(marker.value)
+    record = json_or_none(marker.value)
     return isinstance(record, dict) and record.get("by") == "agent"
 
 
 def agent_ttl(alive: Any) -> float | None:
     """The TTL an agent registered in its liveness key (a key-value), if it did."""
-    record = _record(alive.value) if alive is not None else None
+    record = json_or_none(alive.value) if alive is not None else None
     ttl = record.get("ttl") if isinstance(record, dict) else None
     return ttl if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else None
 
@@ -164,9 +157,9 @@ class HostStates:
             marker = self.records.get(self._key("maintenance", host))
             if marker is None or by_agent(marker):
                 self.returning[host] = (kv.lease, now + self.hold_down)
-            return [Report("host_up", [host], {"registration": _record(kv.value)})]
+            return [Report("host_up", [host], {"registration": json_or_none(kv.value)})]
         if parsed.kind == "maintenance" and not deleted:
-            record = _record(kv.value)
+            record = json_or_none(kv.value)
             # The agent's planned stop, the drain and the emergency shutdown write their
             # own markers: a request is anyone else's.
             if not (isinstance(record, dict)
@@ -175,6 +168,11 @@ class HostStates:
         return []
 
     # -- what is due ----------------------------------------------------------------
+
+    def drop_pending(self) -> list[str]:
+        """Forget the pending failures (HA is disarmed); the hosts they were."""
+        dropped, self.pending = sorted(self.pending), set()
+        return dropped
 
     def failures(self, now: float) -> Report | None:
         """host_down for the pending failures once they settled, or at once when no

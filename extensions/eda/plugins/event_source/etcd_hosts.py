@@ -485,8 +485,7 @@ class Watcher:
                 if states.pending and self.disarmed is not None:
                     LOG.warning("HA DISARMED (%s): not reporting host_down for %s; re-arming "
                                 "reports it", _disarm_text(self.disarmed),
-                                ", ".join(sorted(states.pending)))
-                    states.pending = set()
+                                ", ".join(states.drop_pending()))
                 await self._report(queue, [states.failures(self.loop.time())])
                 for host in states.stable(self.loop.time(), armed=self.disarmed is None):
                     await self._emit(queue, "host_stable", [host])
