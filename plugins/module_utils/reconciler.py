@@ -105,6 +105,9 @@ class Memory:
     # The hosts alive at the last look: one back since (a reboot, a crash) took its
     # VMs down with it, which counts against none of them.
     alive: set[str] | None = None
+    # VMs recorded on a host when it came back: their first restart there is the
+    # host's return, not a failure of theirs, and is not counted against them.
+    returning: set[str] = dataclasses.field(default_factory=set)
 
 
 def usable_hosts(observed: dict[str, Any]) -> set[str]:
@@ -254,6 +257,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
         for vm, (record, dummy) in observed["records"].items():
             if record.get("host") in back:
                 memory.attempts.pop(vm, None)
+                memory.returning.add(vm)
     memory.alive = alive
     free, preemptible, labels = _loads(observed, on)
     order = sorted((n for n, e in vms.items() if e.get("kind") == "ha"),
@@ -290,6 +294,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 standing[vm] = f"requested stopped; {host} failed: the evacuation's"
             continue
         if running:
+            memory.returning.discard(vm)
             memory.down_since.pop(vm, None)
             memory.stranded_since.pop(vm, None)
             if state == "starting" and running == [host]:
@@ -359,11 +364,14 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
         else:  # down, stopped, preempted, or no state: meant to run, and does not
             reason = f"recorded {state or 'without a state'}" + (
                 f": {record['reason']}" if record.get("reason") else "")
+        returning = vm in memory.returning
         step = _recover(vm, vms[vm], record, revision, reason, usable, free, preemptible,
-                        labels, vms, memory, policy, now)
+                        labels, vms, memory, policy, now, returning)
         steps.append(step)
+        memory.returning.discard(vm)
         if step["action"] in ("restart", "relocate"):
-            memory.attempts.setdefault(vm, []).append((now, step["to"], step["action"]))
+            if not (returning and step["action"] == "restart"):
+                memory.attempts.setdefault(vm, []).append((now, step["to"], step["action"]))
             # What it takes now counts for the VMs after it (a lower priority).
             for r, used in _size(vms[vm]).items():
                 free[step["to"]][r] -= used
@@ -381,8 +389,10 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
 
 
 def _recover(vm, entry, record, revision, reason, usable, free, preemptible, labels, vms,
-             memory: Memory, policy: Policy, now: float) -> dict[str, Any]:
-    """Restart in place, relocate, or fail: the next step for a VM meant to run."""
+             memory: Memory, policy: Policy, now: float, returning: bool = False
+             ) -> dict[str, Any]:
+    """Restart in place, relocate, or fail: the next step for a VM meant to run;
+    `returning`: its host just came back, and a restart there counts for nothing."""
     host = record.get("host")
     tried = [(h, kind) for when, h, kind in memory.attempts.get(vm, [])
              if when > now - policy.window]
@@ -391,8 +401,9 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
     if (record.get("state") == "running" and host in usable and restarts < policy.max_restart
             and host in free):
         return _step("restart", vm, record, revision, host=host, to=host,
-                     reason=f"{reason}: restarted in place "
-                            f"({restarts + 1} of {policy.max_restart})")
+                     reason=f"{reason}: restarted in place " + (
+                         f"as {host} is back (counted against no restart limit)"
+                         if returning else f"({restarts + 1} of {policy.max_restart})"))
     if relocations >= policy.max_relocate:
         return _step("fail", vm, record, revision, host=host,
                      reason=f"{reason}; tried {', '.join(h for h, dummy in tried)} within "
@@ -430,6 +441,7 @@ def _forget(memory: Memory, vm: str) -> None:
     for table in (memory.down_since, memory.starting_since, memory.attempts, memory.failed,
                   memory.stranded_since):
         table.pop(vm, None)
+    memory.returning.discard(vm)
 
 
 def observe(kvs: list[Any], parse) -> dict[str, Any]:

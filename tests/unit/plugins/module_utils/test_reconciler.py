@@ -389,6 +389,30 @@ def test_a_host_that_went_down_and_came_back_counts_against_none_of_its_vms():
     assert (step["action"], step["to"]) == ("restart", "hv1")
 
 
+def test_the_restart_that_follows_a_hosts_reboot_is_not_counted_against_the_vm():
+    """Back from a clean reboot, the host's HA VMs are started there again; that start is
+    the host's, not a failure of the VM's: one that dies right after is still restarted
+    in place, and only the next death within the window relocates it."""
+    observed, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Policy(max_restart=1)
+    memory, now = Memory(), 0.0
+    decide(observed, memory, policy, now)
+    observed["hosts"]["hv1"] = {"maintenance": True}  # rebooting
+    observed["domains"]["hv1"].pop("web")
+    decide(observed, memory, policy, now + 1)
+    observed["hosts"]["hv1"] = {"alive": True}
+    actions = []
+    for now in (30.0, 100.0, 200.0):
+        decide(observed, memory, policy, now)
+        (step,) = decide(observed, memory, policy, now + policy.grace)["steps"]
+        actions.append((step["action"], step["to"]))
+        if step["action"] == "restart" and now == 30.0:
+            assert "as hv1 is back" in step["reason"], step["reason"]
+        started(observed, "web", step["to"], int(now))
+        decide(observed, memory, policy, now + policy.grace + 1)  # seen running again
+        dies(observed, "web")
+    assert actions == [("restart", "hv1"), ("restart", "hv1"), ("relocate", "hv2")]
+
+
 def test_a_vm_evacuated_in_time_leaves_no_overdue_mark_for_its_hosts_next_failure():
     observed, memory = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory()
     policy = Policy(evacuation_timeout=60)
