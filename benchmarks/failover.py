@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient  # noqa: E402
 from provision import lab_inventory, lab_status  # noqa: E402
-from yasco_lab import hypervisor, layout, storage  # noqa: E402
+from yasco_lab import canary, hypervisor, layout, storage  # noqa: E402
 from yasco_lab.credentials import etcd_client  # noqa: E402
 from yasco_lab.errors import LabError  # noqa: E402
 from yasco_lab.waiting import wait_until as wait  # noqa: E402
@@ -142,7 +142,7 @@ def return_home(etcd: EtcdClient, vdm: dict, host: str, log: Path) -> dict[str, 
     """Boot the crashed host and time what the watcher's return home does: from the
     boot, its agent registered, host_stable (after the hold-down), each VM recorded
     home; and each live migration's guest pause, the longest gap between the canary's
-    records around it (they come every 0.2 s or so)."""
+    records around it (one every `canary.WRITE_INTERVAL` or so)."""
     moving = sorted(n for n, h in vdm["home"].items() if h == host)
     # From the boot command's start: it returns once the host's services run, which
     # takes longer when its etcd member must first find the cluster's new leader.
@@ -248,7 +248,8 @@ def main() -> None:
 
     print(f"\nReturn home, seconds from the boot, median (min-max) of {args.runs} runs "
           f"each (the watcher's hold-down is {hold_down:g} s); pause: a canary's "
-          "longest gap between writes around its live migration (about 0.2 s without one)")
+          "longest gap between writes around its live migration (about "
+          f"{canary.WRITE_INTERVAL:g} s without one)")
     print(f"{'phase':<14} {first:>17} {baseline:>17} {'ratio':>6}")
     for phase in returns[first][0]:
         print(f"{phase:<14} {spread(returns[first], phase):>17} "
