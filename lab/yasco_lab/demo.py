@@ -1,12 +1,13 @@
 """`make demo`: YASCO's whole promise on the lab, narrated as it happens.
 
 A lab brought up afresh; a VDM planned for a mixed set of canary VMs (HA, plain,
-preemptible) and shown; the VMs provisioned and writing; the HA watcher started;
-a hypervisor crashed, and the evacuation told live with the seconds since the crash
-(lease expired, fenced, preempted, restarted, writing again); the host booted again
-and the return home told (each live migration and its guest pause); then a summary,
-the notifications the operators got, the metrics and the cluster report. The lab
-stays up for exploring.
+preemptible) and shown; the VMs provisioned and writing; the HA watcher started; an HA
+VM's QEMU killed, and its restart in place told live (the dead QEMU's disk lock
+broken, started again, writing again); a hypervisor crashed, and the evacuation told
+live with the seconds since the crash (lease expired, fenced, preempted, restarted,
+writing again); the host booted again and the return home told (each live migration
+and its guest pause); then a summary, the notifications the operators got, the metrics
+and the cluster report. The lab stays up for exploring.
 
 Everything it tells comes from where an operator would look: etcd (the liveness key,
 the VMs' records, the cluster's history), the watcher's log, and the canaries' own
@@ -27,7 +28,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
-from . import lab, layout, prometheus, storage
+from . import canary, lab, layout, prometheus, storage
 from .inbox import Inbox
 from .credentials import etcd_client
 from .errors import LabError
@@ -160,6 +161,7 @@ def describe(event: dict) -> str:
     texts = {"fenced": f"{host} fenced off Ceph (blocklisted, its locks broken)",
              "preempted": f"{vm} stopped on {host} to make room",
              "evacuated": f"{vm} started on {host}",
+             "restarted": f"{vm} started again on {host}",
              "unfenced": f"{host}'s fence lifted",
              "stale-destroyed": f"stale copy of {vm} destroyed on {host}",
              "migrated": f"{vm} live-migrated to {host}",
@@ -184,6 +186,34 @@ class History:
                 # The key is the wall clock in nanoseconds (cluster_events).
                 fresh.append({**event, "time": int(kv.key.rsplit("/", 1)[-1]) / 1e9})
         return fresh
+
+
+def narrate_kill(etcd, vdm: dict, avoid: str, inbox: Inbox) -> None:
+    """Kill the QEMU of an HA VM homed away from `avoid` and tell its restart in place
+    until it writes again and the operators are told."""
+    ha = sorted(vm for vm, entry in vdm["vms"].items() if entry["kind"] == "ha")
+    victim = next((vm for vm in ha if vdm["home"][vm] != avoid), ha[0])
+    where = vdm["home"][victim]
+    section(f"Kill {victim}'s QEMU on {where}")
+    before = last_record(victim)
+    history = History(etcd)
+    clock = Clock()
+    lab.kill_qemu(victim)
+    clock.say(f"{victim}'s QEMU killed on {where} (SIGKILL, as the OOM killer would)")
+
+    def writing_again() -> bool:
+        for event in history.new():
+            clock.say(describe(event), at=event["time"])
+        record = last_record(victim)
+        if record is None or before is None or record.writer == before.writer:
+            return False
+        clock.say(f"{victim} writes again on {where} (record {record.seq}, after "
+                  f"{before.seq})", at=record.timestamp)
+        return True
+
+    wait_until(f"{victim} to write again", writing_again, 180, every=0.2)
+    wait_until("the recovery's notification", lambda: "recovery" in inbox.events(), 60,
+               every=0.5)
 
 
 def narrate_failover(etcd, vdm: dict, host: str, log: Path) -> dict[str, dict]:
@@ -276,7 +306,8 @@ def narrate_return(etcd, vdm: dict, host: str) -> dict[str, dict]:
         pause = max((b - a for a, b in zip(stamps, stamps[1:])), default=float("nan"))
         fates[name]["pause"] = pause
         clock.say(f"{name}: its guest paused {pause:.2f} s at most during the migration "
-                  "(its longest gap between records; about 0.2 s without one)")
+                  f"(its longest gap between records; about {canary.WRITE_INTERVAL:g} s "
+                  "without one)")
     return fates
 
 
@@ -432,6 +463,7 @@ def main() -> int:
         with etcd_client(info["etcd_endpoints"]) as etcd:
             watcher = start_watcher(etcd, logs / "watcher.log", clock)
             try:
+                narrate_kill(etcd, vdm, host, inbox)
                 if info.get("prometheus"):
                     # The metrics' picture starts from the cluster healthy, as scraped.
                     wait_until("Prometheus to scrape the leading watcher",

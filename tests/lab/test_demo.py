@@ -21,7 +21,7 @@ from yasco_lab.errors import LabError
 from ..ansible_run import ROOT
 from .lab_cluster import records
 
-SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Crash", "Boot", "Summary",
+SECTIONS = ["The lab", "Plan", "Provision", "Arm HA", "Kill", "Crash", "Boot", "Summary",
             "Notifications", "Metrics", "Report"]
 
 # First of all (conftest.py): the demo replaces any lab, and the session's comes up
@@ -46,6 +46,14 @@ def test_the_demo_tells_each_step_in_order(demo):
     titles = re.findall(r"^== (.*)$", demo.stdout, flags=re.M)
     assert [next(s for s in SECTIONS if t.startswith(s)) for t in titles] == SECTIONS
     assert "Traceback" not in demo.stdout + demo.stderr
+
+
+def test_an_ha_vm_whose_qemu_is_killed_is_started_again_where_it_was(demo):
+    killed = re.search(r"^== Kill (\w+)'s QEMU on (hv\d)$", demo.stdout, flags=re.M)
+    vm, host = killed.groups()
+    told = demo.stdout[killed.end():demo.stdout.index("\n== Crash")]
+    assert f"{vm} started again on {host}" in told, told
+    assert re.search(rf"^ +[\d.]+ s  {vm} writes again on {host} ", told, flags=re.M), told
 
 
 def test_each_ha_vm_of_the_crashed_host_runs_writes_and_comes_back(demo):
@@ -106,6 +114,6 @@ def test_the_operators_were_told_of_the_evacuation_and_the_return_home(demo):
     saved = Path(re.search(r"as JSON, with their details: (\S+notifications\.json);",
                            demo.stdout).group(1))
     events = [body["event"] for body in json.loads(saved.read_text())]
-    assert events[:1] == ["evacuation"] and "return_home" in events, events
+    assert events[:2] == ["recovery", "evacuation"] and "return_home" in events, events
     # The webhook was the demo's alone: the lab it leaves up sends nowhere.
     assert not (layout.inventory_dir() / "group_vars" / "all" / "demo_notify.yml").exists()
