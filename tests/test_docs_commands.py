@@ -52,7 +52,7 @@ COVERAGE = [
     # `make watch` runs scripts/watch, INV= naming the inventory, as the tests do.
     Covered(r"(INV=\S+ )?make watch", r'"scripts" / "watch"',
             (HA + "test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets",
-             HA + "test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher")),
+             HA + "test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_evacuated")),  # noqa: E501 - a test's node id
     Covered(LAB + r"up", r'yasco_lab\("up"\)',
             ("tests/lab/test_teardown.py::test_up_after_an_interrupted_up_cleans_up_and_succeeds",)),
     Covered(LAB + r"status( \[--json\]| --json)?", r'yasco_lab\("status", "--json"\)',
@@ -130,13 +130,13 @@ COVERAGE = [
             (HA + "test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_back",)),  # noqa: E501 - a test's node id
     Covered(PLAYBOOK + r'disarm\.yml -e yasco_disarm_reason="[^"]+"',
             r'playbook\("disarm", ha\["inventory"\], yasco_disarm_reason=',
-            (HA + "test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again",)),
+            (HA + "test_a_disarmed_cluster_restarts_nothing_until_armed_and_an_ignored_vm_stays_down",)),
     Covered(PLAYBOOK + r"disarm\.yml -e yasco_disarm_mode=freeze",
             r'playbook\("disarm", ha\["inventory"\], yasco_disarm_mode="freeze"',
             (HA + "test_a_partition_while_frozen_destroys_nothing_and_rearming_waits_for_the_host",)),
     Covered(PLAYBOOK + r"disarm\.yml -e yasco_ha_disarmed=false",
             r'playbook\("disarm", ha\["inventory"\], yasco_ha_disarmed=False\)',
-            (HA + "test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again",)),
+            (HA + "test_a_disarmed_cluster_restarts_nothing_until_armed_and_an_ignored_vm_stays_down",)),
     Covered(PLAYBOOK + r"report\.yml( -e yasco_report_failed=[\w,]+)?( -e yasco_report_dir=\S+)?",
             r'"report\.yml"',
             (REPORT + "test_the_report_shows_the_incident_in_etcd_and_lands_beside_the_inventory",

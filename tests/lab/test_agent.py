@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 import uuid
 
@@ -18,10 +16,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
-from yasco_lab import credentials, hypervisor, layout, watchdog
+from yasco_lab import hypervisor, layout, watchdog
 from yasco_lab.lab import LabState
 
-from ..ansible_run import run_playbook
 from .conftest import yasco_lab
 from .lab_cluster import etcd_leader, wait_for
 
@@ -244,48 +241,3 @@ def test_a_hung_agent_is_reset_by_its_host_watchdog_before_its_lease_expires(lab
     wait_for("hv2 registered again", lambda: etcd.get(alive_key("hv2")), 20)
     assert not is_running(hv["libvirt_uri"], ha)
     remove_domain(hv["libvirt_uri"], ha)
-
-
-def test_the_role_installs_an_agent_that_runs_without_ansible(lab, etcd, tmp_path):
-    """The role yasco.cluster.agent, run into a scratch root without the systemd
-    service; the installed agent runs on Debian's Python with no Ansible, against
-    the lab's etcd, and stops gracefully."""
-    root = tmp_path / "root"
-    host = f"role-{uuid.uuid4().hex[:6]}"
-    play = [{"name": "agent", "hosts": "localhost", "gather_facts": False,
-             "vars": {"ansible_connection": "local",
-                      "ansible_python_interpreter": sys.executable},
-             "roles": [{"role": "yasco.cluster.agent", "agent_host": host,
-                        "agent_cluster": layout.CLUSTER_NAME,
-                        "agent_endpoints": lab["etcd_endpoints"],
-                        # A host the lab made no user for: the agent goes as root.
-                        **{f"agent_{name}": value for name, value in credentials.EtcdUser(
-                            credentials.ROOT_USER).credentials().items()},
-                        "agent_libvirt_uri": "test:///default", "agent_address": "127.0.0.1",
-                        "agent_root": str(root), "agent_manage_service": False}]}]
-    rc, results = run_playbook(play, tmp_path=tmp_path)
-    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
-    rc, again = run_playbook(play, tmp_path=tmp_path)
-    assert rc == 0 and not [r for r in again if r.get("changed")]
-    lib = root / "usr" / "lib" / "yasco-agent"
-    config = root / "etc" / "yasco" / "agent.yml"
-    assert oct(config.stat().st_mode & 0o777) == "0o600"
-    unit = (root / "etc" / "systemd" / "system" / "yasco-agent.service").read_text()
-    assert f"ExecStart={lib}/venv/bin/python {lib}/yasco_agent.py --config {config}" in unit
-    assert "Type=notify" in unit and "WatchdogSec=10" in unit
-    python = lib / "venv" / "bin" / "python"
-    assert subprocess.run([python, "-c", "import ansible"], capture_output=True,
-                          check=False).returncode != 0
-    agent = subprocess.Popen([python, lib / "yasco_agent.py", "--config", config],
-                             env={"YASCO_AGENT_LIB": str(lib)}, stderr=subprocess.PIPE,
-                             text=True)
-    try:
-        wait_for("registered", lambda: etcd.get(alive_key(host)), 15)
-    finally:
-        agent.terminate()
-        stderr = agent.communicate(timeout=15)[1]
-    assert agent.returncode == 0, stderr
-    assert etcd.get(alive_key(host)) is None
-    marker = etcd.get(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME))
-    assert json.loads(marker.value)["by"] == "agent"
-    etcd.delete_prefix(etcd_keys.host_prefix(host, cluster=layout.CLUSTER_NAME))

@@ -1,12 +1,19 @@
 """The HA watcher on the lab: two ansible-rulebook watchers (rulebooks/ha.yml, the
-yasco.cluster.etcd_hosts source) over canary VMs provisioned from a planned VDM.
-A crashed or partitioned hypervisor's HA VMs run again on their planned targets,
-started once, never twice at a time, and each canary carries on from its last
-durable write; once the host is back and stays up, the watcher brings its VMs home
-live; killing the etcd leader evacuates nothing; a drain moves every VM off a host
-live and the undrain brings them back; a disarmed cluster evacuates nothing until it
-is armed again; a host that flaps gets nothing back until it stays up, and one that
-fails again during its return is evacuated again."""
+yasco.cluster.etcd_hosts source) over canary VMs provisioned from a planned VDM. An HA
+VM whose guest panics is reset in place; one whose QEMU dies is restarted where it was,
+and relocated when it dies again, past a target that cannot start it. A clean reboot
+keeps a host's HA VMs and starts them there again, except one requested stopped; a clean
+poweroff fails them over at once. A crashed or partitioned hypervisor's HA VMs run again
+on their planned targets, started once, never twice at a time, and each canary carries
+on from its last durable write; once the host is back and stays up, the watcher brings
+its VMs home live. Killing the etcd leader evacuates nothing; a hung host is powered off
+through its BMC before its VMs move; a drain moves every VM off a host live and the
+undrain brings them back; a host that fails while another is drained gives that one
+nothing, and what found no room runs again once it is undrained; a disarmed cluster
+restarts nothing until it is armed again, and an ignored VM is left down; a frozen one
+destroys nothing when a host is cut off. A host that flaps gets nothing back until it
+stays up, one that fails again during its return is evacuated again, and an evacuation
+cut short after its claims is finished by a new watcher."""
 
 from __future__ import annotations
 
@@ -141,8 +148,9 @@ def fixture_ha(lab, tmp_path_factory):
 
 
 def restore(lab, inventory: Path) -> None:
-    """Every host up and connected, none drained, HA armed: what a test that failed
-    half-way may have left otherwise, which would fail every test after it."""
+    """Every host up and connected, none drained, HA armed, every VM requested started:
+    what a test that failed half-way may have left otherwise, which would fail every
+    test after it."""
     for host in lab_verbs.status()["hosts"]:
         if host["state"] == "partitioned":
             yasco_lab("heal", host["name"])
@@ -152,6 +160,7 @@ def restore(lab, inventory: Path) -> None:
         drained = [h["name"] for h in lab["hosts"] if (etcd.get_json(etcd_keys.maintenance_key(
             h["name"], cluster=layout.CLUSTER_NAME)) or {}).get("by") == "drain"]
         disarmed = etcd.get(etcd_keys.disarmed_key(cluster=layout.CLUSTER_NAME)) is not None
+        etcd.delete_prefix(etcd_keys.requested_prefix(cluster=layout.CLUSTER_NAME))
     for host in drained:
         playbook("undrain", inventory, yasco_host=host)
     if disarmed:
@@ -274,65 +283,64 @@ def test_an_ha_vm_that_dies_again_is_relocated_and_a_failed_start_tries_the_next
     assert told["severity"] == "info" and told["details"]["failures"] == [], told
 
 
-def test_an_ha_vm_requested_stopped_is_stopped_and_kept_off_then_started_again(lab, ha):
-    name = ha["names"]["ha2"]
-    (host,) = running(lab)[name]
-    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="stopped")
-    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
-    wait_for(f"{name} stopped", lambda: name not in running(lab), 60, every=0.5)
-    wait_for("its record to say stopped",
-             lambda: records(lab)[name] == {"host": host, "state": "stopped"}, 30, every=0.5)
-    time.sleep(5)  # kept off: nothing starts it again
-    assert name not in running(lab)
-    # A rerun changes nothing; a misspelt VM or state is refused, naming it.
-    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="stopped")
-    assert rc == 0 and not [r for r in results if r.get("changed")]
-    rc, results = playbook("vm_state", ha["inventory"], vm=name[:-1], state="stopped")
-    assert rc != 0 and f"did you mean {name!r}" in str(results)
-    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="asleep")
-    assert rc != 0 and "must be one of started, stopped, disabled, ignored" in str(results)
-    rc, results = playbook("vm_state", ha["inventory"], vm=name, state="started")
-    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
-    wait_for(f"{name} running again", lambda: running(lab).get(name) == [host], 60,
-             every=0.5, check=no_vm_twice(lab))
-    wait_until_recorded_running(lab, {name: host})
-    last = writers(name)[-1][2]
-    wait_for(f"{name} writing again", lambda: writers(name)[-1][2] > last + 2, BOOT, every=1)
-    assert_writers_follow_each_other(name)
-
-
-def test_a_clean_reboot_keeps_the_hosts_ha_vms_and_starts_them_there_again(lab, ha):
+def test_a_clean_reboot_starts_the_hosts_ha_vms_there_again_but_one_requested_stopped(
+        lab, ha):
+    """An HA VM requested stopped is stopped, and kept off through a clean reboot of
+    its host, which stops the other HA VM and starts it there again once the host is
+    back; requested started, it runs again."""
     names = ha["names"]
-    ha_vms = [names["ha1"], names["ha2"]]
-    assert all(running(lab).get(n) == ["hv1"] for n in ha_vms)
-    last = {n: writers(n)[-1] for n in ha_vms}
+    kept, stopped = names["ha1"], names["ha2"]
+    assert all(running(lab).get(n) == ["hv1"] for n in (kept, stopped))
+    rc, results = playbook("vm_state", ha["inventory"], vm=stopped, state="stopped")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_for(f"{stopped} stopped", lambda: stopped not in running(lab), 60, every=0.5)
+    wait_for("its record to say stopped",
+             lambda: records(lab)[stopped] == {"host": "hv1", "state": "stopped"}, 30,
+             every=0.5)
+    # A rerun changes nothing; a misspelt VM or state is refused, naming it.
+    rc, results = playbook("vm_state", ha["inventory"], vm=stopped, state="stopped")
+    assert rc == 0 and not [r for r in results if r.get("changed")]
+    rc, results = playbook("vm_state", ha["inventory"], vm=stopped[:-1], state="stopped")
+    assert rc != 0 and f"did you mean {stopped!r}" in str(results)
+    rc, results = playbook("vm_state", ha["inventory"], vm=stopped, state="asleep")
+    assert rc != 0 and "must be one of started, stopped, disabled, ignored" in str(results)
+    last = writers(kept)[-1]
     fenced = len(history(lab, "fenced"))
-    restarts = len(history(lab, "restarted", ha_vms))
-    relocations = len(history(lab, "relocated", ha_vms))
+    restarts = len(history(lab, "restarted", [kept, stopped]))
+    relocations = len(history(lab, "relocated", [kept, stopped]))
     yasco_lab("reboot", "hv1")
     rebooted = time.monotonic()
-    wait_for("the HA VMs running on hv1 again", lambda: all(
-        running(lab).get(n) == ["hv1"] for n in ha_vms), EVACUATE, every=0.5,
-        check=no_vm_twice(lab))
-    print(f"\nHA VMs running on hv1 again {time.monotonic() - rebooted:.1f} s after the "
+    wait_for(f"{kept} running on hv1 again", lambda: running(lab).get(kept) == ["hv1"],
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    print(f"\n{kept} running on hv1 again {time.monotonic() - rebooted:.1f} s after the "
           "reboot returned")
-    wait_until_recorded_running(lab, {n: "hv1" for n in ha_vms})
-    for name in ha_vms:
-        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != last[n][0]
-                 and writers(n)[-1][2] > last[n][2] + 2, BOOT, every=1)
-        assert_writers_follow_each_other(name)
+    wait_until_recorded_running(lab, {kept: "hv1"})
+    wait_for(f"{kept} writing again", lambda: writers(kept)[-1][0] != last[0]
+             and writers(kept)[-1][2] > last[2] + 2, BOOT, every=1)
+    assert_writers_follow_each_other(kept)
     # Planned: nothing was fenced, and nothing ran anywhere else meanwhile.
     assert len(history(lab, "fenced")) == fenced
-    assert not history(lab, "evacuated", ha_vms)
-    assert len(history(lab, "relocated", ha_vms)) == relocations
-    assert sorted(e["vm"] for e in history(lab, "restarted", ha_vms)[restarts:]) == sorted(
-        ha_vms)
+    assert not history(lab, "evacuated", [kept, stopped])
+    assert len(history(lab, "relocated", [kept, stopped])) == relocations
+    assert [e["vm"] for e in history(lab, "restarted", [kept, stopped])[restarts:]] == [kept]
     agent_log = hypervisor.agent_log_path(next(
         h for h in LabState.load().layouts() if h.name == "hv1")).read_text(errors="replace")
     assert "stopped (host rebooting, shutdown_policy conditional)" in agent_log
     # Its plain VM went down with it, still recorded running: started at home by the
     # return home once hv1 has stayed up.
     wait_until_plain_home(lab, ha)
+    # Kept off all along.
+    assert stopped not in running(lab)
+    assert records(lab)[stopped] == {"host": "hv1", "state": "stopped"}
+    last = writers(stopped)[-1]
+    rc, results = playbook("vm_state", ha["inventory"], vm=stopped, state="started")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_for(f"{stopped} running again", lambda: running(lab).get(stopped) == ["hv1"], 60,
+             every=0.5, check=no_vm_twice(lab))
+    wait_until_recorded_running(lab, {stopped: "hv1"})
+    wait_for(f"{stopped} writing again", lambda: writers(stopped)[-1][2] > last[2] + 2, BOOT,
+             every=1)
+    assert_writers_follow_each_other(stopped)
 
 
 def test_a_clean_poweroff_fails_the_ha_vms_over_at_once_and_they_return_after_boot(lab, ha):
@@ -658,33 +666,6 @@ def test_a_hung_partitioned_hypervisor_is_powered_off_by_its_bmc_before_its_vms_
     no_vm_twice(lab)()
 
 
-def test_an_evacuation_cut_short_after_its_claims_is_finished_by_a_new_watcher(lab, ha):
-    """As if the watcher died right after claiming: a watcher started afresh resyncs,
-    finds VMs claimed for a host that is down, and finishes the evacuation."""
-    names = ha["names"]
-    for proc in ha["watchers"]:
-        stop_watcher(proc)
-    host = records(lab)[names["ha1"]]["host"]
-    moving = [n for n in (names["ha1"], names["ha2"]) if records(lab)[n]["host"] == host]
-    yasco_lab("crash", host)
-    wait_for(f"{host} down", lambda: host in down_hosts(lab), 30, every=0.2)
-    rc, results = playbook("evacuate", ha["inventory"], "--tags", "fence")
-    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
-    claimed = records(lab)
-    assert all(claimed[n]["state"] == "starting" and claimed[n]["from"] == host
-               for n in moving), claimed
-    assert not any(running(lab).get(n) for n in moving)
-    ha["watchers"][:] = [start_watcher(ha["inventory"], ha["scratch"] / "watcher3.log")]
-    wait_for("the claimed VMs running", lambda: all(
-        running(lab).get(n) == [claimed[n]["host"]] for n in moving), EVACUATE, every=0.5,
-        check=no_vm_twice(lab))
-    wait_until_recorded_running(lab, {n: claimed[n]["host"] for n in moving})
-    for n in moving:
-        assert records(lab)[n] == {"host": claimed[n]["host"], "state": "running"}
-    boot_until_registered(lab, host)
-    wait_until_home(lab, ha, host)
-
-
 def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_back(lab, ha):
     told_before = len(ha["notified"])
     names, vdm, host = ha["names"], ha["vdm"], "hv1"
@@ -720,33 +701,101 @@ def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_ba
     assert len(history(lab, "fenced")) == fences
 
 
-def test_a_disarmed_cluster_evacuates_nothing_until_it_is_armed_again(lab, ha):
-    names, vdm, host = ha["names"], ha["vdm"], "hv1"
-    wait_until_home(lab, ha, host)
-    ha_vms, targets = [names["ha1"], names["ha2"]], vdm["failover"][host]
-    fences = len(history(lab, "fenced"))
+def test_a_failure_while_a_host_is_drained_gives_it_nothing_and_undrain_restarts_the_rest(
+        lab, ha):
+    """hv2 is drained: its preemptible VM finds no room elsewhere and stops. Then hv1
+    crashes. With hv2 out, only hv3 is left, with room for one of hv1's HA VMs (256
+    MiB), more failures than the map's X = 1 in effect: the higher priority one runs
+    there, the other is recorded down, and the drained host gets nothing. Undrained,
+    hv2 has room again, and the VM left down runs there with no operator; hv1's boot
+    brings everything home."""
+    names = ha["names"]
+    wait_until_home(lab, ha, "hv1")
+    ha_vms = [names["ha1"], names["ha2"]]
+    rc, results = playbook("drain", ha["inventory"], yasco_host="hv2")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    assert names["batch"] not in running(lab)
+
+    def nothing_on_hv2() -> None:
+        no_vm_twice(lab)()
+        assert not [n for n, hosts in running(lab).items() if "hv2" in hosts], running(lab)
+
+    yasco_lab("crash", "hv1")
+
+    def settled() -> list[str] | None:
+        down = [n for n in ha_vms if not running(lab).get(n)]
+        if len(down) == 1 and records(lab)[down[0]]["state"] in ("down", "failed"):
+            return down
+        return None
+
+    (stranded,) = wait_for("one HA VM on hv3 and the other recorded down", settled,
+                           EVACUATE, every=0.5, check=nothing_on_hv2)
+    assert stranded == names["ha2"] and running(lab)[names["ha1"]] == ["hv3"], (
+        "the higher priority first")
+    time.sleep(5)  # nowhere to go: it stays down, and the drained host gets nothing
+    nothing_on_hv2()
+    assert not running(lab).get(stranded)
+    last = writers(stranded)[-1]  # its copy on hv1's: the undrain may start the next
+    rc, results = playbook("undrain", ha["inventory"], yasco_host="hv2")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_for(f"{stranded} running on hv2", lambda: running(lab).get(stranded) == ["hv2"],
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    wait_for(f"{stranded} writing again", lambda: writers(stranded)[-1][0] != last[0]
+             and writers(stranded)[-1][2] > last[2] + 2, BOOT, every=1)
+    assert_writers_follow_each_other(stranded)
+    boot_until_registered(lab, "hv1")
+    wait_until_home(lab, ha, "hv1")
+    for name in ha_vms:
+        assert_writers_follow_each_other(name)
+
+
+def test_a_disarmed_cluster_restarts_nothing_until_armed_and_an_ignored_vm_stays_down(
+        lab, ha):
+    """Disarmed, HA starts nothing: an HA VM whose QEMU is killed stays down, and the
+    evacuation playbook refuses to run. Armed again, the reconciler restarts it where
+    it was. An HA VM requested ignored stays down through the same, until it is
+    requested started again. (A host that fails while the cluster is disarmed is
+    reported by nobody: tests/etcd/test_etcd_hosts_source.py.)"""
+    names = ha["names"]
+    wait_until_home(lab, ha, "hv1")
+    kept, ignored = names["ha1"], names["ha2"]
+    where = {n: running(lab)[n][0] for n in (kept, ignored)}
+    last = writing_now([kept, ignored])
+    restarts = len(history(lab, "restarted", [kept, ignored]))
+    rc, dummy = playbook("vm_state", ha["inventory"], vm=ignored, state="ignored")
+    assert rc == 0
     rc, dummy = playbook("disarm", ha["inventory"], yasco_disarm_reason="switch upgrade")
     assert rc == 0
     rc, results = playbook("status", ha["inventory"])
-    assert any("HA DISARMED" in str(r.get("msg")) for r in results)
+    lines = [line for r in results if isinstance(r.get("msg"), list) for line in r["msg"]]
+    assert any(line.startswith("HA DISARMED") for line in lines), lines
+    assert any(line.split()[:1] == [ignored] and line.split()[-1] == "ignored"
+               for line in lines), lines
     time.sleep(2)  # the watchers read the flag every second
-    yasco_lab("crash", host)
-    wait_for(f"{host} down", lambda: host in down_hosts(lab), 30, every=0.2)
-    time.sleep(8)  # an armed watcher has fenced and started them by now
-    assert len(history(lab, "fenced")) == fences
-    assert not any(running(lab).get(n) for n in ha_vms)
-    assert f"not reporting host_down for {host}" in watcher_logs(ha)
+    for name in (kept, ignored):
+        lab_verbs.kill_qemu(name)
+    time.sleep(8)  # an armed watcher has restarted them by now
+    assert not [n for n in (kept, ignored) if running(lab).get(n)]
+    assert len(history(lab, "restarted", [kept, ignored])) == restarts
     rc, results = playbook("evacuate", ha["inventory"])
     assert rc != 0 and any("HA is disarmed" in str(r.get("msg")) for r in results)
     rc, dummy = playbook("disarm", ha["inventory"], yasco_ha_disarmed=False)
     assert rc == 0
-    # Armed again: the watcher resyncs and evacuates what failed meanwhile.
-    wait_for("HA VMs running on their targets",
-             lambda: all(running(lab).get(n) == [targets[n]] for n in ha_vms),
+    wait_for(f"{kept} running again", lambda: running(lab).get(kept) == [where[kept]],
              EVACUATE, every=0.5, check=no_vm_twice(lab))
-    wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
-    boot_until_registered(lab, host)
-    wait_until_home(lab, ha, host)
+    wait_until_recorded_running(lab, {kept: where[kept]})
+    time.sleep(5)  # the reconciler looks at every HA VM every few seconds
+    assert ignored not in running(lab), f"{ignored} is ignored, and was started"
+    assert [e["vm"] for e in history(lab, "restarted", [kept, ignored])[restarts:]] == [kept]
+    rc, dummy = playbook("vm_state", ha["inventory"], vm=ignored, state="started")
+    assert rc == 0
+    wait_for(f"{ignored} running again", lambda: running(lab).get(ignored) == [where[ignored]],
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    wait_until_recorded_running(lab, where)
+    for name in (kept, ignored):
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != last[n][0]
+                 and writers(n)[-1][2] > last[n][2] + 2, BOOT, every=1)
+        assert_writers_follow_each_other(name)
 
 
 def test_a_partition_while_frozen_destroys_nothing_and_rearming_waits_for_the_host(lab, ha):
@@ -796,24 +845,33 @@ FLAP_HOLD_DOWN = 30
 
 def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_evacuated(
         lab, ha):
-    """hv1 comes back and fails again inside the hold-down: no return starts. Back
-    for good, its return starts; it fails again in the middle of it: the evacuation
-    takes over, each VM runs exactly once throughout, and the next return finishes."""
+    """hv1 crashes while no watcher runs, and an evacuation is cut short right after
+    its claims, as if its watcher died there: a watcher started afresh resyncs, finds
+    VMs claimed for a host that is down, and finishes it. hv1 comes back and fails
+    again inside the hold-down: no return starts. Back for good, its return starts; it
+    fails again in the middle of it: the evacuation takes over, each VM runs exactly
+    once throughout, and the next return finishes."""
     names, vdm, host = ha["names"], ha["vdm"], "hv1"
     wait_until_home(lab, ha, host)
-    # One watcher, with a hold-down long enough to fail again inside it.
+    ha_vms, targets = [names["ha1"], names["ha2"]], vdm["failover"][host]
     for proc in ha["watchers"]:
         stop_watcher(proc)
+    yasco_lab("crash", host)
+    wait_for(f"{host} down", lambda: host in down_hosts(lab), 30, every=0.2)
+    rc, results = playbook("evacuate", ha["inventory"], "--tags", "fence")
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    claimed = records(lab)
+    assert all(claimed[n] == {"host": targets[n], "state": "starting", "from": host}
+               for n in ha_vms), claimed
+    assert not any(running(lab).get(n) for n in ha_vms)
+    # One watcher, with a hold-down long enough to fail again inside it.
     slow = ha["scratch"] / "inventory-hold-down"
     shutil.copytree(ha["inventory"], slow)
     settings = slow / "group_vars" / "all" / "lab.yml"
     settings.write_text(yaml.safe_dump({**yaml.safe_load(settings.read_text()),
                                         "yasco_return_hold_down": FLAP_HOLD_DOWN}))
     ha["watchers"][:] = [start_watcher(slow, ha["scratch"] / "watcher4.log")]
-    wait_until_one_leads(lab, ha["watchers"])
-    ha_vms, targets = [names["ha1"], names["ha2"]], vdm["failover"][host]
-    yasco_lab("crash", host)
-    wait_for("HA VMs running on their targets",
+    wait_for("the claimed VMs running on their targets",
              lambda: all(running(lab).get(n) == [targets[n]] for n in ha_vms),
              EVACUATE, every=0.5, check=no_vm_twice(lab))
     wait_until_recorded_running(lab, {n: targets[n] for n in ha_vms})
