@@ -74,13 +74,9 @@ class Node:
                            stdout=out, stderr=subprocess.STDOUT, check=True, timeout=30)
 
     def kill(self) -> None:
-        """Power loss: SIGKILL the node's PID 1, which takes every process of the node with it."""
-        for pid in (self.init_pid, self.unshare_pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        _wait_gone([self.init_pid, self.unshare_pid], timeout=10)
+        """Power loss: SIGKILL the node's PID 1, which takes every process of the node
+        with it; returns once the last of them is gone."""
+        kill_pids([self.init_pid, self.unshare_pid])
 
 
 def spawn(name: str, log: Path) -> Node:
@@ -137,12 +133,36 @@ def find_stale() -> list[tuple[int, str]]:
 
 
 def kill_pids(pids: list[int]) -> None:
+    """SIGKILL `pids`, nodes' PID 1s among them, and wait until every process of those
+    nodes is gone: the kernel kills the rest of a PID namespace once its PID 1 dies,
+    but a process busy in the kernel takes a moment to exit, and until then it still
+    runs the node's QEMU or holds its network namespace."""
+    namespaces = {ns for ns in map(_net_namespace, pids) if ns is not None}
+    namespaces.discard(_net_namespace(os.getpid()))  # the controller's own, never a node's
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     _wait_gone(pids, timeout=10)
+    rest = [pid for pid in _all_pids() if _net_namespace(pid) in namespaces]
+    for pid in rest:  # what the PID 1 did not take with it: entered by nsenter, say
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _wait_gone(rest, timeout=30)
+
+
+def _net_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
 def _children(pid: int) -> list[int]:
