@@ -139,19 +139,20 @@ def kill_pids(pids: list[int]) -> None:
     runs the node's QEMU or holds its network namespace."""
     namespaces = {ns for ns in map(_net_namespace, pids) if ns is not None}
     namespaces.discard(_net_namespace(os.getpid()))  # the controller's own, never a node's
+    _sigkill(pids)
+    _wait_gone(pids, timeout=10)
+    # What the PID 1 did not take with it (entered by nsenter, say), or not yet.
+    rest = [pid for pid in _all_pids() if _net_namespace(pid) in namespaces]
+    _sigkill(rest)
+    _wait_gone(rest, timeout=30)
+
+
+def _sigkill(pids: list[int]) -> None:
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    _wait_gone(pids, timeout=10)
-    rest = [pid for pid in _all_pids() if _net_namespace(pid) in namespaces]
-    for pid in rest:  # what the PID 1 did not take with it: entered by nsenter, say
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _wait_gone(rest, timeout=30)
 
 
 def _net_namespace(pid: int) -> str | None:

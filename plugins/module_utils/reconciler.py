@@ -366,7 +366,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 f": {record['reason']}" if record.get("reason") else "")
         returning = vm in memory.returning
         step = _recover(vm, vms[vm], record, revision, reason, usable, free, preemptible,
-                        labels, vms, memory, policy, now, returning)
+                        labels, vms, memory, policy, now)
         steps.append(step)
         memory.returning.discard(vm)
         if step["action"] in ("restart", "relocate"):
@@ -389,10 +389,9 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
 
 
 def _recover(vm, entry, record, revision, reason, usable, free, preemptible, labels, vms,
-             memory: Memory, policy: Policy, now: float, returning: bool = False
-             ) -> dict[str, Any]:
-    """Restart in place, relocate, or fail: the next step for a VM meant to run;
-    `returning`: its host just came back, and a restart there counts for nothing."""
+             memory: Memory, policy: Policy, now: float) -> dict[str, Any]:
+    """Restart in place, relocate, or fail: the next step for a VM meant to run (a
+    restart on a host that just came back counts for nothing: `memory.returning`)."""
     host = record.get("host")
     tried = [(h, kind) for when, h, kind in memory.attempts.get(vm, [])
              if when > now - policy.window]
@@ -403,7 +402,8 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
         return _step("restart", vm, record, revision, host=host, to=host,
                      reason=f"{reason}: restarted in place " + (
                          f"as {host} is back (counted against no restart limit)"
-                         if returning else f"({restarts + 1} of {policy.max_restart})"))
+                         if vm in memory.returning
+                         else f"({restarts + 1} of {policy.max_restart})"))
     if relocations >= policy.max_relocate:
         return _step("fail", vm, record, revision, host=host,
                      reason=f"{reason}; tried {', '.join(h for h, dummy in tried)} within "
