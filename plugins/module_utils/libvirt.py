@@ -22,6 +22,10 @@ import xml.etree.ElementTree as ET
 from typing import Any
 from urllib.parse import urlsplit
 
+# What libvirt does when a guest's kernel panics (a domain's `on_crash`); the first is
+# the default.
+ON_CRASH = ("restart", "destroy")
+
 try:
     from ansible.module_utils.basic import env_fallback
 except ImportError:  # the host agent runs this adapter where Ansible is not installed
@@ -205,7 +209,7 @@ def render_domain_xml(name: str, spec: dict[str, Any]) -> str:
     # A guest kernel that panics tells QEMU through the pvpanic device (below), and
     # libvirt then resets it in the same QEMU process, which keeps its disks' locks
     # (back within a boot, with no fence and no other host involved), or powers it off.
-    _sub(domain, "on_crash", spec.get("on_crash") or "restart")
+    _sub(domain, "on_crash", spec.get("on_crash") or ON_CRASH[0])
     devices = _sub(domain, "devices")
     for index, disk in enumerate(spec.get("disks", [])):
         _disk(devices, disk, index, spec.get("machine") or "pc")

@@ -15,14 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import ON_CRASH
 
 # The VM fields provisioning reads (the planner's fields are checked by vdm_model).
 BOOT_KEYS = {"image", "disk_gb", "kernel", "initrd", "cmdline", "networks", "cloud_init",
              "autostart_on_home", "guest_agent", "on_crash", "watchdog"}
 CLOUD_INIT_KEYS = {"user_data", "meta_data", "network_config"}
 CLUSTER_KEYS = ("pool", "monitors", "ceph_user", "secret_uuid", "virt_type")
-# What libvirt does when a guest's kernel panics (module libvirt_domain's spec).
-ON_CRASH = ("restart", "destroy")
 
 
 class ProvisioningError(Exception):

@@ -357,7 +357,7 @@ pending_restart:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import (
-    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
+    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, ON_CRASH, LibvirtAdapterError)
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_domain import DomainRun
 from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
     BatchModule, run_module)
@@ -399,7 +399,7 @@ SPEC_OPTIONS = {
     "serial_log": {"type": "path"},
     "kind": {"type": "str", "choices": ["ha", "plain", "preemptible"]},
     "guest_agent": {"type": "bool", "default": False},
-    "on_crash": {"type": "str", "choices": ["restart", "destroy"], "default": "restart"},
+    "on_crash": {"type": "str", "choices": list(ON_CRASH), "default": ON_CRASH[0]},
     "watchdog": {"type": "bool", "default": False},
 }
 

@@ -1,7 +1,8 @@
 """The HA watcher on the lab: two ansible-rulebook watchers (rulebooks/ha.yml, the
 yasco.cluster.etcd_hosts source) over canary VMs provisioned from a planned VDM. An HA
 VM whose guest panics is reset in place; one whose QEMU dies is restarted where it was,
-and relocated when it dies again, past a target that cannot start it. A clean reboot
+and relocated when it dies again, past a target that cannot start it; one moved by hand
+runs again where its record says when the host it was moved to crashes. A clean reboot
 keeps a host's HA VMs and starts them there again, except one requested stopped; a clean
 poweroff fails them over at once. A crashed or partitioned hypervisor's HA VMs run again
 on their planned targets, started once, never twice at a time, and each canary carries
@@ -200,7 +201,7 @@ def test_an_ha_vm_whose_guest_panics_is_reset_in_place_by_libvirt(lab, ha):
     (host,) = running(lab)[name]
     qemu, last = qemu_pid(name), writers(name)[-1]
     restarted = len(history(lab, "restarted", [name]))
-    conn = lv.connect(next(h["libvirt_uri"] for h in lab["hosts"] if h["name"] == host), 5.0)
+    conn = lv.connect(libvirt_uri(lab, host), 5.0)
     try:
         conn.lookupByName(name).injectNMI(0)
     finally:
@@ -281,6 +282,46 @@ def test_an_ha_vm_that_dies_again_is_relocated_and_a_failed_start_tries_the_next
     wait_until_recorded_running(lab, {name: "hv1"})
     told = notified(ha, told_before, "return_home", host="hv1", moved=[name])
     assert told["severity"] == "info" and told["details"]["failures"] == [], told
+
+
+def libvirt_uri(lab, host: str) -> str:
+    return next(h["libvirt_uri"] for h in lab["hosts"] if h["name"] == host)
+
+
+def test_an_ha_vm_moved_by_hand_runs_again_at_its_recorded_host_when_its_new_one_crashes(
+        lab, ha):
+    """Live-migrated with libvirt by hand, as an operator might, its record still
+    naming hv1; then the host it was moved to crashes. It runs again on hv1, from its
+    last durable write, once the crashed host is fenced: never beside a copy that
+    might still write."""
+    name = ha["names"]["ha2"]
+    (home,) = running(lab)[name]
+    moved_to = "hv3"
+    source, target = (lv.connect(libvirt_uri(lab, h), 5.0) for h in (home, moved_to))
+    try:
+        lv.migrate_live(source.lookupByName(name), target, 60)
+    finally:
+        source.close()
+        target.close()
+    assert running(lab)[name] == [moved_to]
+    assert records(lab)[name] == {"host": home, "state": "running"}
+    last = writing_now([name])[name]
+    yasco_lab("crash", moved_to)
+    crashed = time.monotonic()
+    wait_for(f"{name} running again on {home}", lambda: running(lab).get(name) == [home],
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    print(f"\n{name} running again on {home} {time.monotonic() - crashed:.1f} s after "
+          f"{moved_to}, where it had been moved by hand, crashed")
+    wait_until_recorded_running(lab, {name: home})
+    wait_for(f"{name} writing again", lambda: writers(name)[-1][0] != last[0]
+             and writers(name)[-1][2] > last[2] + 2, BOOT, every=1)
+    assert_writers_follow_each_other(name)
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        assert etcd.get(etcd_keys.fence_key(moved_to, cluster=layout.CLUSTER_NAME)), \
+            f"{moved_to} not fenced after its crash"
+    boot_until_registered(lab, moved_to)
+    # Its return unfences it: the tests after this one may need it as a target.
+    wait_until_home(lab, ha, moved_to)
 
 
 def test_a_clean_reboot_starts_the_hosts_ha_vms_there_again_but_one_requested_stopped(
@@ -517,12 +558,15 @@ def wait_until_home(lab, ha, host: str) -> None:
     vdm = ha["vdm"]
     homed = [n for n in ha["names"].values() if vdm["home"][n] == host]
     preempted = list(vdm["preempt"].get(host, []))
-    wait_for(f"{host}'s VMs home and the preempted running again", lambda: all(
+
+    def fenced() -> bool:
+        with etcd_client(lab["etcd_endpoints"]) as etcd:
+            return etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is not None
+
+    wait_for(f"{host}'s VMs home, the preempted running again, {host} unfenced", lambda: all(
         running(lab).get(n) == [vdm["home"][n]]
         and records(lab).get(n) == {"host": vdm["home"][n], "state": "running"}
-        for n in homed + preempted), HOME, every=1, check=no_vm_twice(lab))
-    with etcd_client(lab["etcd_endpoints"]) as etcd:
-        assert etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is None
+        for n in homed + preempted) and not fenced(), HOME, every=1, check=no_vm_twice(lab))
 
 
 def down_hosts(lab) -> set[str]:
