@@ -332,7 +332,9 @@ def _go_down(n: node.Node, host: HostLayout, intent: str) -> None:
     # at the end of its timeout they are powered off); then the machine goes.
     n.run("sh", "-ec", f"mkdir -p /run/yasco-agent && echo {intent} > "
                        "/run/yasco-agent/shutdown")
-    n.run("sh", "-ec", hypervisor.agent_service_commands(host)["stop"], timeout=120)
+    # As long as systemd's TimeoutStopSec would let a stop take: with shutdown_policy
+    # migrate, the VMs' live migrations away first.
+    n.run("sh", "-ec", hypervisor.agent_service_commands(host)["stop"], timeout=300)
     n.run("sh", "-ec", "for d in $(virsh -c qemu:///system list --name); do "
                        "virsh -c qemu:///system destroy \"$d\"; done", timeout=60)
     n.kill()

@@ -73,7 +73,7 @@ WATCHDOG_ACTIONS = {1: "the guest hung: its watchdog expired and it was paused",
                     6: "the guest hung: its watchdog expired and an NMI was injected"}
 
 
-SHUTDOWN_POLICIES = ("conditional", "freeze", "failover")
+SHUTDOWN_POLICIES = ("conditional", "freeze", "failover", "migrate")
 # How often the agent reads the cluster's disarm flag, in seconds.
 FLAG_EVERY = 1.0
 # How often the fencer pets systemd's watchdog, in seconds: well within the unit's
@@ -108,10 +108,13 @@ class AgentConfig:
     fence_wait: float = 60.0
     # What a stop of the host does with its HA VMs (docs/agent.md): `conditional`
     # fails them over when the host powers off and keeps them for its return when it
-    # reboots; `freeze` always keeps them; `failover` always fails them over.
+    # reboots; `freeze` always keeps them; `failover` always fails them over;
+    # `migrate` has the HA watcher drain the host live, and fails over what is left.
     shutdown_policy: str = "conditional"
     # How long HA guests get to shut down before they are powered off, when failing over.
     shutdown_timeout: float = 20.0
+    # How long a host's stop waits for its VMs to be migrated away (`migrate`).
+    migrate_timeout: float = 120.0
     ca_cert: str | None = None
     client_cert: str | None = None
     client_key: str | None = None
@@ -148,7 +151,7 @@ class AgentConfig:
             raise ConfigError(f"{where}: shutdown_policy {self.shutdown_policy!r}: must be one "
                               f"of {', '.join(SHUTDOWN_POLICIES)}")
         for name in ("ttl", "margin", "reconcile", "keepalive", "fence_wait",
-                     "shutdown_timeout"):
+                     "shutdown_timeout", "migrate_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{where}: {name} must be a positive number of seconds, "
@@ -281,6 +284,7 @@ class Agent:
         self.no_space = False  # etcd's last answer to the rewrite: its database is full
         self.watchdog: hw_watchdog.Watchdog | None = None
         self.stopped_cleanly = False  # a planned stop that left no HA VM at risk
+        self.intent_file = SHUTDOWN_INTENT_FILE
         # What the metrics show beyond the state above: self-fences since the start and
         # the HA domains they destroyed, and the domains as the publisher last read
         # them (name -> (kind, state)).
@@ -689,12 +693,57 @@ class Agent:
                          "agent is back by then", self.watchdog.timeout)
             self.watchdog.close()
 
-    def _mark(self, etcd: EtcdClient, reason: str) -> None:
+    def _mark(self, etcd: EtcdClient, reason: str, **more: Any) -> bool:
         """The agent's own maintenance marker, created only if absent: a drain's or an
-        operator's says more, and must outlive this stop and the next start."""
-        etcd.put_if(self.keys["maintenance"], to_json({
-            "since": cluster_events.timestamp(), "by": "agent", "reason": reason}),
-            mod_revision=0)
+        operator's says more, and must outlive this stop and the next start. Whether
+        this wrote it."""
+        return etcd.put_if(self.keys["maintenance"], to_json({
+            "since": cluster_events.timestamp(), "by": "agent", "reason": reason, **more}),
+            mod_revision=0).succeeded
+
+    def _mark_off(self, etcd: EtcdClient, off: list[str]) -> None:
+        """Add to the agent's own marker the HA VMs now off for sure: the reconciler
+        starts those elsewhere even once this host's lease is gone."""
+        marker = etcd.get(self.keys["maintenance"])
+        if marker is not None and _by_agent(marker.value):
+            etcd.put_if(self.keys["maintenance"], to_json({
+                **(json_or_none(marker.value) or {}), "off": off}),
+                mod_revision=marker.mod_revision)
+
+    def _active_vms(self) -> dict[str, str]:
+        """The VMs running here (domains of a kind YASCO gave them): name -> kind."""
+        conn = lv.connect(self.config.libvirt_uri)
+        try:
+            kinds = {d.name(): lv.domain_kind(d) for d in conn.listAllDomains(
+                lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)}
+        finally:
+            conn.close()
+        return {name: kind for name, kind in kinds.items() if kind}
+
+    def migrate_away(self, etcd: EtcdClient, reason: str) -> None:
+        """`shutdown_policy: migrate`: a marker of the agent's own that asks for a drain
+        (`migrate: true`), on which the HA watcher live-migrates every VM off this host,
+        as `drain.yml` does; then wait, the lease still renewed, until no VM runs here
+        or `migrate_timeout` has passed. The HA VMs still here then fail over, as on a
+        poweroff. A host in maintenance already (drained, or an operator's marker) has
+        had its VMs moved, or kept on purpose: nothing is asked."""
+        if not self._mark(etcd, f"{reason}: its VMs migrate away", migrate=True):
+            LOG.info("in maintenance already: no migration asked")
+            return
+        LOG.warning("asked the HA watcher to migrate this host's VMs away (shutdown_policy "
+                    "migrate); waiting up to %g s", self.config.migrate_timeout)
+        deadline = self.clock() + self.config.migrate_timeout
+        left = self._active_vms()
+        while left and self.clock() < deadline:
+            time.sleep(0.5)
+            left = self._active_vms()
+        if not left:
+            LOG.info("every VM migrated away")
+            return
+        LOG.error("still here after %g s: %s", self.config.migrate_timeout,
+                  ", ".join(sorted(left)))
+        if "ha" in left.values():
+            self._mark_off(etcd, self.shut_down_ha_domains())
 
     def shut_down_ha_domains(self) -> list[str]:
         """Ask every running HA guest to shut down, and power off those still running
@@ -737,30 +786,28 @@ class Agent:
         guests are shut down first, cleanly, while the lease is still renewed: the
         marker keeps the host from being a target and from counting as failed, so the
         HA watcher's reconciler starts each of them elsewhere as soon as it is off.
+        With `migrate`, the host's VMs are live-migrated away first (`migrate_away`).
         Otherwise (a reboot, or the agent alone stopping) they stay recorded here and
         start again here once the host is back."""
-        intent = shutdown_intent()
+        intent = shutdown_intent(self.intent_file)
         policy = self.config.shutdown_policy
         failover = policy == "failover" or (policy == "conditional" and intent == "poweroff")
+        migrate = policy == "migrate" and intent is not None
         reason = {"reboot": "host rebooting", "poweroff": "host powering off"}.get(
             intent or "", "agent stopped")
         etcd = self._client()
-        if failover:
+        if failover or migrate:
             try:
-                self._mark(etcd, f"{reason}: its HA VMs fail over")
-                off = self.shut_down_ha_domains()
-                # Which HA VMs are off for sure: the reconciler starts those elsewhere
-                # even once this host's lease is gone.
-                marker = etcd.get(self.keys["maintenance"])
-                if marker is not None and _by_agent(marker.value):
-                    etcd.put_if(self.keys["maintenance"], to_json({
-                        **(json_or_none(marker.value) or {}), "off": off}),
-                        mod_revision=marker.mod_revision)
+                if migrate:
+                    self.migrate_away(etcd, reason)
+                else:
+                    self._mark(etcd, f"{reason}: its HA VMs fail over")
+                    self._mark_off(etcd, self.shut_down_ha_domains())
             except EtcdError as err:
-                LOG.error("cannot mark maintenance to fail the HA VMs over (%s): they stay "
+                LOG.error("cannot mark maintenance to move the HA VMs away (%s): they stay "
                           "here", err)
             except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
-                LOG.error("cannot shut the HA domains down to fail them over: %s", err)
+                LOG.error("cannot move the HA domains away: %s", err)
         self.leaving.set()
         try:
             with self.lock:

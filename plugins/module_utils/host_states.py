@@ -161,9 +161,12 @@ class HostStates:
         if parsed.kind == "maintenance" and not deleted:
             record = json_or_none(kv.value)
             # The agent's planned stop, the drain and the emergency shutdown write their
-            # own markers: a request is anyone else's.
+            # own markers: a request is anyone else's, or the agent's new one asking
+            # for its VMs to be migrated away (shutdown_policy migrate).
             if not (isinstance(record, dict)
-                    and record.get("by") in etcd_keys.PLANNED_MAINTENANCE):
+                    and record.get("by") in etcd_keys.PLANNED_MAINTENANCE) or (
+                        change.previous is None and record.get("by") == "agent"
+                        and record.get("migrate") is True):
                 return [Report("maintenance", [host], {"marker": record})]
         return []
 
@@ -187,15 +190,17 @@ class HostStates:
         """The hosts up on the same lease for hold_down seconds, once their agent is
         beating: a host that fails again keeps its lease for up to a TTL, and must not
         get its VMs back meanwhile. One that missed a beat is looked at again soon;
-        one whose key went, or any while disarmed, is forgotten (re-arming resyncs,
-        which counts it afresh)."""
+        one whose key went, one put in maintenance meanwhile (a drain under way: the
+        undrain, or its next return, brings its VMs back), or any while disarmed, is
+        forgotten (re-arming resyncs, which counts it afresh)."""
         stable = []
         for host, (lease, due) in list(self.returning.items()):
             if due > now:
                 continue
             key = self._key("alive", host)
             alive = self.records.get(key)
-            up = armed and alive is not None and alive.lease == lease
+            up = (armed and alive is not None and alive.lease == lease
+                  and self._key("maintenance", host) not in self.records)
             if up and self.missed_beat(key, now):
                 self.returning[host] = (lease, now + STABLE_RECHECK)
                 continue

@@ -63,9 +63,9 @@ def fixture_running() -> Iterator[Running]:
     running.close()
 
 
-def start_agent(endpoints: list[str]) -> Agent:
+def start_agent(endpoints: list[str], **settings) -> Agent:
     config = AgentConfig(host="hv1", endpoints=endpoints, cluster=f"t{uuid.uuid4().hex[:8]}",
-                         ttl=TTL, margin=MARGIN, libvirt_uri=URI)
+                         ttl=TTL, margin=MARGIN, libvirt_uri=URI, **settings)
     config.check("test")
     agent = Agent(config)
     for target in (agent.heartbeat, agent.fencer):

@@ -4,7 +4,8 @@ VM whose guest panics is reset in place; one whose QEMU dies is restarted where 
 and relocated when it dies again, past a target that cannot start it; one moved by hand
 runs again where its record says when the host it was moved to crashes. A clean reboot
 keeps a host's HA VMs and starts them there again, except one requested stopped; a clean
-poweroff fails them over at once. A crashed or partitioned hypervisor's HA VMs run again
+poweroff fails them over at once; with shutdown_policy migrate a reboot drains the host
+live first. A crashed or partitioned hypervisor's HA VMs run again
 on their planned targets, started once, never twice at a time, and each canary carries
 on from its last durable write; once the host is back and stays up, the watcher brings
 its VMs home live. Killing the etcd leader evacuates nothing; a hung host is powered off
@@ -418,6 +419,47 @@ def test_a_clean_poweroff_fails_the_ha_vms_over_at_once_and_they_return_after_bo
     wait_for("the preemptible VM running again",
              lambda: running(lab).get(names["batch"]) == ["hv2"], EVACUATE, every=1)
     wait_until_plain_home(lab, ha)
+
+
+def test_a_reboot_with_shutdown_policy_migrate_drains_the_host_live_and_it_gets_all_back(
+        lab, ha):
+    """hv1's agent set to `shutdown_policy: migrate`: its reboot has the watcher drain
+    it first; every VM leaves live (each canary's guest keeps writing), the agent ends
+    its lease only once none runs there, nothing is fenced, and the return home brings
+    them all back, live, once hv1 has stayed up."""
+    names, host = ha["names"], "hv1"
+    homed = [n for n in names.values() if ha["vdm"]["home"][n] == host]
+    hv1 = next(h for h in LabState.load().layouts() if h.name == host)
+    config = hypervisor.agent_config_path(hv1)
+    # Its next start reads it; the reboot's start writes the lab's own again.
+    config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()),
+                                      "shutdown_policy": "migrate", "migrate_timeout": 150}))
+    commands = hypervisor.agent_service_commands(hv1)
+    lab_verbs.run_on_host(host, "sh", "-ec", commands["stop"])
+    lab_verbs.run_on_host(host, "sh", "-ec", commands["start"])
+    wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.2)
+    wait_for(f"{host}'s marker cleared", lambda: not maintenance_marker(lab, host), 30,
+             every=0.5)
+    last = writing_now(homed)
+    fences, evacuations = len(history(lab, "fenced")), len(history(lab, "evacuated"))
+    yasco_lab("reboot", host)
+    # The reboot returns once the host is back: its VMs left before its agent stopped.
+    agent_log = hypervisor.agent_log_path(hv1).read_text(errors="replace")
+    assert "every VM migrated away" in agent_log
+    assert "stopped (host rebooting, shutdown_policy migrate)" in agent_log
+    for name in homed:
+        assert writers(name)[-1][0] == last[name][0], f"{name} restarted: {writers(name)}"
+    wait_until_home(lab, ha, host)
+    for name in homed:
+        assert writers(name)[-1][0] == last[name][0], f"{name} restarted: {writers(name)}"
+    assert len(history(lab, "fenced")) == fences
+    assert len(history(lab, "evacuated")) == evacuations
+    assert [e["host"] for e in history(lab, "drained")][-1:] == [host]
+
+
+def maintenance_marker(lab, host: str) -> dict | None:
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        return etcd.get_json(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME))
 
 
 def wait_until_plain_home(lab, ha) -> None:

@@ -25,7 +25,8 @@ description:
     liveness key disappears because its lease expired (C(host_down)), when a host
     registers again (C(host_up)), and when an operator marks a host for maintenance
     (C(maintenance); a marker written by the agent, the drain or the emergency shutdown
-    is none).
+    is none, unless it is the agent's asking for its VMs to be migrated away as its
+    host goes down, with C(shutdown_policy) C(migrate)).
   - >-
     A liveness key removed by the agent's planned stop, which writes a maintenance
     marker first, is no failure and emits nothing.
@@ -53,7 +54,8 @@ description:
     A host that registered again (C(host_up)) and stays up for O(hold_down) seconds
     is reported as C(host_stable) once its agent is beating (a host that crashed
     again keeps its lease for up to a TTL, and must not get its VMs back meanwhile),
-    unless it came back in maintenance (drained: the undrain brings its VMs back).
+    unless it came back in maintenance or was put in maintenance meanwhile (drained:
+    the undrain brings its VMs back).
     A new leader reports it too for a host that is up while etcd still records its
     fence.
   - >-

@@ -39,7 +39,7 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
     ({"keepalive": 2}, "agent.yml: keepalive 2 must be at most a third of ttl 5.0"),
     ({"tll": 5}, "agent.yml: unknown setting(s) tll; known: host, endpoints, cluster, ttl, "
                  "margin, libvirt_uri, address, ceph_addrs, reconcile, keepalive, fence_wait, "
-                 "shutdown_policy, shutdown_timeout, ca_cert, "
+                 "shutdown_policy, shutdown_timeout, migrate_timeout, ca_cert, "
                  "client_cert, client_key, username, password, watchdog_device, "
                  "watchdog_timeout, metrics_listen"),
     ({"metrics_listen": "localhost"}, "agent.yml: metrics_listen: 'localhost' is not "
@@ -87,9 +87,9 @@ def test_a_missing_watchdog_device_is_named_with_what_to_do(tmp_path):
 
 
 def test_a_bad_shutdown_policy_is_named_with_the_allowed_ones():
-    with pytest.raises(ConfigError, match="agent.yml: shutdown_policy 'migrate': must be one "
-                                          "of conditional, freeze, failover"):
-        AgentConfig.from_mapping({**GOOD, "shutdown_policy": "migrate"}, "agent.yml")
+    with pytest.raises(ConfigError, match="agent.yml: shutdown_policy 'evacuate': must be one "
+                                          "of conditional, freeze, failover, migrate"):
+        AgentConfig.from_mapping({**GOOD, "shutdown_policy": "evacuate"}, "agent.yml")
 
 
 def test_the_shutdown_intent_comes_from_its_file_before_systemd(tmp_path):

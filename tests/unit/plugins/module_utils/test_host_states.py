@@ -130,6 +130,31 @@ def test_an_operators_marker_asks_for_maintenance_and_the_planned_ones_do_not(et
     assert "hv3" not in states.returning
 
 
+def test_an_agent_that_asks_for_its_vms_to_migrate_away_asks_once(etcd):
+    """shutdown_policy migrate: the agent's new marker says so, and is a request; its
+    later rewrite (the HA VMs it then had to shut down) is not a second one."""
+    states = up(etcd, "hv1")
+    marker = {"by": "agent", "reason": "host rebooting: its VMs migrate away",
+              "migrate": True}
+    asked = states.apply([etcd.put("maintenance", "hv1", marker)], 1.0)
+    assert asked == [Report("maintenance", ["hv1"], {"marker": marker})]
+    assert states.apply([etcd.put("maintenance", "hv1", {**marker, "off": ["a"]})], 2.0) == []
+    # Its stop then ends the lease: planned, no failure.
+    states.apply([etcd.delete("alive", "hv1")], 3.0)
+    assert not states.pending
+
+
+def test_a_host_put_in_maintenance_during_its_hold_down_is_not_stable(etcd):
+    """Back, then drained (or going down with shutdown_policy migrate) before its
+    hold-down ended: a return home now would fight the drain."""
+    states = up(etcd, "hv1", "hv2")
+    states.apply([etcd.delete("alive", "hv1")], 1.0)
+    states.apply([etcd.register("hv1")], 10.0)
+    states.apply([etcd.put("maintenance", "hv1", {"by": "operator"})], 20.0)
+    beat_all(states, etcd, 10.0 + HOLD_DOWN, "hv1", "hv2")
+    assert states.stable(10.0 + HOLD_DOWN) == [] and "hv1" not in states.returning
+
+
 def test_a_host_is_stable_after_its_hold_down_only_while_its_agent_beats(etcd):
     states = up(etcd, "hv1", "hv2")
     states.apply([etcd.delete("alive", "hv1")], 1.0)
