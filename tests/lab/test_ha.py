@@ -442,6 +442,7 @@ def test_a_reboot_with_shutdown_policy_migrate_drains_the_host_live_and_it_gets_
              every=0.5)
     last = writing_now(homed)
     fences, evacuations = len(history(lab, "fenced")), len(history(lab, "evacuated"))
+    told_before = len(ha["notified"])
     yasco_lab("reboot", host)
     # The reboot returns once the host is back: its VMs left before its agent stopped.
     agent_log = hypervisor.agent_log_path(hv1).read_text(errors="replace")
@@ -455,6 +456,10 @@ def test_a_reboot_with_shutdown_policy_migrate_drains_the_host_live_and_it_gets_
     assert len(history(lab, "fenced")) == fences
     assert len(history(lab, "evacuated")) == evacuations
     assert [e["host"] for e in history(lab, "drained")][-1:] == [host]
+    # The return home's run is over once it has told the operators: the tests after
+    # this one must not see its notification, nor wait behind it.
+    told = notified(ha, told_before, "return_home", host=host)
+    assert sorted(told["details"]["moved"]) == sorted(homed), told
 
 
 def maintenance_marker(lab, host: str) -> dict | None:
