@@ -106,6 +106,8 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
     return {
         "host": host,
         "marker": {"key": etcd_keys.maintenance_key(host, cluster=cluster)},
+        # Its own agent, stopping as the host goes down, asked for this drain.
+        "asked_by_agent": etcd_keys.asks_migration(here.get("maintenance_marker")),
         "preempt": preempt + stop,
         "waves": [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped],
         "events": [{"kind": "preempted", "vm": p["vm"], "host": p["host"]}

@@ -25,7 +25,7 @@ source build and read keys with these functions, so a key's name changes in one 
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 ROOT = "/yasco/"
 DEFAULT_CLUSTER = "yasco"
@@ -86,6 +86,14 @@ def maintenance_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
 # operator's request to drain the host.
 EMERGENCY_SHUTDOWN = "emergency_shutdown"
 PLANNED_MAINTENANCE = ("agent", "drain", EMERGENCY_SHUTDOWN)
+
+
+def asks_migration(marker: Any) -> bool:
+    """Whether a maintenance marker (as parsed) is the agent's own asking for its VMs to
+    be migrated away as its host goes down (`shutdown_policy: migrate`): a drain, which
+    leaves the stopping agent alone."""
+    return (isinstance(marker, dict) and marker.get("by") == "agent"
+            and marker.get("migrate") is True)
 
 
 def domains_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:

@@ -165,8 +165,7 @@ class HostStates:
             # for its VMs to be migrated away (shutdown_policy migrate).
             if not (isinstance(record, dict)
                     and record.get("by") in etcd_keys.PLANNED_MAINTENANCE) or (
-                        change.previous is None and record.get("by") == "agent"
-                        and record.get("migrate") is True):
+                        change.previous is None and etcd_keys.asks_migration(record)):
                 return [Report("maintenance", [host], {"marker": record})]
         return []
 

@@ -317,9 +317,7 @@ def test_an_ha_vm_moved_by_hand_runs_again_at_its_recorded_host_when_its_new_one
     wait_for(f"{name} writing again", lambda: writers(name)[-1][0] != last[0]
              and writers(name)[-1][2] > last[2] + 2, BOOT, every=1)
     assert_writers_follow_each_other(name)
-    with etcd_client(lab["etcd_endpoints"]) as etcd:
-        assert etcd.get(etcd_keys.fence_key(moved_to, cluster=layout.CLUSTER_NAME)), \
-            f"{moved_to} not fenced after its crash"
+    assert fenced(lab, moved_to), f"{moved_to} not fenced after its crash"
     boot_until_registered(lab, moved_to)
     # Its return unfences it: the tests after this one may need it as a target.
     wait_until_home(lab, ha, moved_to)
@@ -608,15 +606,17 @@ def wait_until_home(lab, ha, host: str) -> None:
     vdm = ha["vdm"]
     homed = [n for n in ha["names"].values() if vdm["home"][n] == host]
     preempted = list(vdm["preempt"].get(host, []))
-
-    def fenced() -> bool:
-        with etcd_client(lab["etcd_endpoints"]) as etcd:
-            return etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is not None
-
     wait_for(f"{host}'s VMs home, the preempted running again, {host} unfenced", lambda: all(
         running(lab).get(n) == [vdm["home"][n]]
         and records(lab).get(n) == {"host": vdm["home"][n], "state": "running"}
-        for n in homed + preempted) and not fenced(), HOME, every=1, check=no_vm_twice(lab))
+        for n in homed + preempted) and not fenced(lab, host), HOME, every=1,
+        check=no_vm_twice(lab))
+
+
+def fenced(lab, host: str) -> bool:
+    """Whether etcd records `host`'s storage fence."""
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        return etcd.get(etcd_keys.fence_key(host, cluster=layout.CLUSTER_NAME)) is not None
 
 
 def down_hosts(lab) -> set[str]:
