@@ -25,7 +25,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import che
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     VdmInputError, load_problem, problem_digest)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
-    VdmInfeasible, VdmNotFound, np, plan)
+    OBJECTIVES, VdmInfeasible, VdmNotFound, np, plan)
 
 ARGUMENT_SPEC = {
     "group": {"type": "str", "default": "yasco_hypervisors"},
@@ -34,6 +34,7 @@ ARGUMENT_SPEC = {
     "rebalance_moves": {"type": "int", "default": 0},
     "verify": {"type": "bool", "default": False},
     "time_limit": {"type": "float", "default": 60.0},
+    "objective": {"type": "str", "default": "balance", "choices": list(OBJECTIVES)},
     "what_if": {"type": "str"},
     "what_if_flavour": {"type": "str"},
 }
@@ -142,6 +143,7 @@ class ActionModule(ActionBase):
         if args["verify"]:
             return self._verify(result, path, previous, problem)
         if (previous and previous.get("digest") == problem_digest(problem)
+                and vdm_document.objective_of(previous) == args["objective"]
                 and not args["rebalance_moves"] and not check(problem, previous)):
             result.update(changed=False, path=path, version=previous.get("version"),
                           moved=[], msg=f"VDM version {previous.get('version')} is current")
@@ -152,7 +154,8 @@ class ActionModule(ActionBase):
             planned = plan(problem, previous_home=keep,
                            previous_failover=(previous or {}).get("failover") if keep else None,
                            rebalance_moves=args["rebalance_moves"],
-                           time_limit=args["time_limit"])
+                           time_limit=args["time_limit"],
+                           objective=str(args["objective"]))  # untagged, for YAML
         except VdmInfeasible as err:
             result.update(failed=True, answer="infeasible", msg=f"no VDM can be planned: {err}")
             return result
@@ -182,7 +185,7 @@ class ActionModule(ActionBase):
         result.update(
             changed=changed, path=path, version=vdm["version"], digest=vdm["digest"],
             home=vdm["home"], reserve=vdm["reserve"], moved=moved, answer="plan",
-            method=planned.method,
+            method=planned.method, preemptions=planned.preemptions,
             msg=(f"VDM version {vdm['version']}: {len(vdm['home'])} VMs on "
                  f"{len(problem.hosts)} hypervisors, {len(problem.failure_sets)} failure "
                  f"sets covered, {len(moved)} VMs move home"

@@ -14,12 +14,18 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
     Problem, failure_set_key, problem_digest)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import Plan, amount
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
+    DEFAULT_OBJECTIVE, Plan, amount)
 
 # Everything but the version: a map whose content changes gets a new version.
-CONTENT_KEYS = ("digest", "failures_to_tolerate", "failure_domains_to_tolerate", "hosts",
-                "vms", "home", "failover", "preempt", "reserve")
+CONTENT_KEYS = ("digest", "objective", "failures_to_tolerate", "failure_domains_to_tolerate",
+                "hosts", "vms", "home", "failover", "preempt", "reserve")
 SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
+
+
+def objective_of(vdm: dict[str, Any]) -> str:
+    """What the map was planned to do best (vdm_planner.OBJECTIVES)."""
+    return vdm.get("objective", DEFAULT_OBJECTIVE)
 
 
 def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict[str, Any]:
@@ -49,6 +55,8 @@ def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict
     document = {
         "version": 1,
         "digest": problem_digest(problem),
+        # Written only when not the default, so that maps planned before it stay as they are.
+        **({"objective": plan.objective} if plan.objective != DEFAULT_OBJECTIVE else {}),
         "failures_to_tolerate": problem.failures_to_tolerate,
         "failure_domains_to_tolerate": problem.failure_domains_to_tolerate,
         "hosts": hosts,
@@ -61,7 +69,7 @@ def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict
     if previous:
         version = previous.get("version", 0)
         version = version if isinstance(version, int) else 0
-        same = all(previous.get(k) == document[k] for k in CONTENT_KEYS)
+        same = all(previous.get(k) == document.get(k) for k in CONTENT_KEYS)
         document["version"] = version if same else version + 1
     return document
 

@@ -49,6 +49,10 @@ _EVICTION_HOMES = 4  # hosts on which a VM that fits nowhere tries to make room
 _EVICTION_TRIALS = 4  # single VMs tried for eviction on each of them
 # A re-plan that moves more than this share of the VMs asks the exact search for fewer.
 _STABLE_SHARE = 0.05
+# What a plan may be asked to do best once it holds: keep the greedy plan and its
+# balanced spare, or stop the fewest preemptible VMs over all failure sets.
+DEFAULT_OBJECTIVE = "balance"
+OBJECTIVES = (DEFAULT_OBJECTIVE, "preemptions")
 _WHAT_HELPS = ("add or enlarge hypervisors, lower yasco_failures_to_tolerate, or make "
                "some VMs plain (ha: false) or preemptible")
 
@@ -71,6 +75,12 @@ class Plan:
     reserve: dict[str, dict[str, float]]
     moved: list[str] = field(default_factory=list)  # VMs whose previous home changed
     method: str = "greedy"  # or "exact": the search that found it
+    objective: str = DEFAULT_OBJECTIVE  # what it was asked to do best (OBJECTIVES)
+
+    @property
+    def preemptions(self) -> int:
+        """How many preemptible VMs the plan stops, summed over the failure sets."""
+        return sum(len(names) for names in self.preempt.values())
 
 
 def amount(value: float) -> float | int:
@@ -570,7 +580,8 @@ def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, 
 def plan(problem: Problem, previous_home: dict[str, str] | None = None,
          rebalance_moves: int = 0,
          previous_failover: dict[str, dict[str, str]] | None = None,
-         time_limit: float = 60.0, exact: bool = True) -> Plan:
+         time_limit: float = 60.0, exact: bool = True,
+         objective: str = DEFAULT_OBJECTIVE) -> Plan:
     """Plan a VDM for `problem`.
 
     With `previous_home` (the home map of the current VDM) VMs keep their homes unless
@@ -583,7 +594,15 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     when no plan exists, with the proof (a failure set and resource whose demand
     exceeds what survives, or the exact search's); VdmNotFound when neither found a
     plan nor proved there is none.
+
+    With `objective` "preemptions" the exact search, started from the greedy plan, then
+    looks for one that stops fewer preemptible VMs (summed over the failure sets) for
+    up to `time_limit` seconds, moving no more VMs; with "balance" the greedy plan is
+    kept as it is.
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective: must be one of {', '.join(OBJECTIVES)}, "
+                         f"got {objective!r}")
     if np is None:
         raise RuntimeError("the VDM planner needs the Python library numpy")
     _check_totals(problem)
@@ -596,16 +615,21 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     except VdmInfeasible as greedy:
         if not exact:
             raise
-        state = _solved(problem, previous_home, time_limit, greedy)
+        state = _solved(problem, previous_home, time_limit, greedy,
+                        preemptions=objective == "preemptions")
         method = "exact"
     else:
-        if exact and _moves(state, previous_home) > _STABLE_SHARE * len(previous_home):
-            state, method = _fewer_moves(problem, previous_home, time_limit, state)
+        preemptions = objective == "preemptions" and any(
+            vm.preemptible for vm in problem.vms.values())
+        if exact and (preemptions or _moves(state, previous_home)
+                      > _STABLE_SHARE * len(previous_home)):
+            state, method = _improved(problem, previous_home, time_limit, state, preemptions)
     if rebalance_moves:
         _rebalance(state, problem, rebalance_moves)
     result = _plan_of(state, problem)
     result.moved = sorted(n for n, h in previous_home.items() if result.home[n] != h)
     result.method = method
+    result.objective = objective
     return result
 
 
@@ -649,12 +673,15 @@ def _state_of(problem: Problem, outcome: vdm_solver.Outcome) -> _State:
 
 
 def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
-            greedy: VdmInfeasible) -> _State:
+            greedy: VdmInfeasible, preemptions: bool) -> _State:
     """The exact search's plan, started where the greedy search got furthest, or the
-    answer it gives instead."""
+    answer it gives instead; with `preemptions` it then looks, for the rest of
+    `time_limit`, for one that stops fewer preemptible VMs."""
     hint_home, hint_targets = _hints(getattr(greedy, "partial", None))
     outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
-                               hint_home=hint_home, hint_targets=hint_targets)
+                               hint_home=hint_home, hint_targets=hint_targets,
+                               improve_seconds=time_limit if preemptions else None,
+                               preemptions=preemptions)
     greedy_said = str(greedy).split("; " + _WHAT_HELPS, maxsplit=1)[0]
     if outcome.status == "infeasible":
         raise VdmInfeasible(f"{greedy_said}; {outcome.reason}; {_WHAT_HELPS}")
@@ -670,19 +697,28 @@ def _moves(state: _State, previous_home: dict[str, str]) -> int:
                if n in previous_home)
 
 
-def _fewer_moves(problem: Problem, previous_home: dict[str, str], time_limit: float,
-                 state: _State) -> tuple[_State, str]:
-    """A re-plan for which the greedy search moved many VMs: the exact search, started
-    from it, looks for one that moves fewer; the better of the two, and its search."""
+def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float,
+              state: _State, preemptions: bool) -> tuple[_State, str]:
+    """A greedy plan that moved many VMs on a re-plan, or whose preemptions are to be
+    fewest: the exact search, started from it, looks for one that moves fewer VMs (and
+    with `preemptions`, then stops fewer preemptible VMs, searching for up to
+    `time_limit`); the better of the two, and the search that found it."""
     if vdm_solver.supported(problem):
         return state, "greedy"
     hint_home, hint_targets = _hints(state)
     outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
-                               hint_home=hint_home, hint_targets=hint_targets)
+                               hint_home=hint_home, hint_targets=hint_targets,
+                               improve_seconds=time_limit if preemptions else None,
+                               preemptions=preemptions, hint_is_plan=preemptions)
     if outcome.status != "plan":
         return state, "greedy"
     solved = _state_of(problem, outcome)
-    if _moves(solved, previous_home) < _moves(state, previous_home):
+
+    def cost(candidate: _State) -> tuple[int, int]:
+        return (_moves(candidate, previous_home),
+                _plan_of(candidate, problem).preemptions if preemptions else 0)
+
+    if cost(solved) < cost(state):
         return solved, "exact"
     return state, "greedy"
 

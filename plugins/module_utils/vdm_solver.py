@@ -32,8 +32,9 @@ decimals) an "infeasible" status is reported as "not found", never as a proof.
 The solution is turned back into one home and one target per failure set for every
 VM, which the planner turns into its usual plan and the checker re-checks. After the
 first plan the search looks for a better one: fewest VMs moved from the current map,
-then the most balanced spare (the smallest largest share of a host's memory taken by
-its firm VMs with what one failure set brings).
+then, when asked, fewest preemptible VMs stopped (summed over the failure sets), then
+the most balanced spare (the smallest largest share of a host's memory taken by its
+firm VMs with what one failure set brings).
 
 Pure Python and OR-Tools, no I/O and no Ansible.
 """
@@ -300,20 +301,57 @@ class _Model:
                 + [-self.cap[t][r]]) <= 0)
         return worst
 
-    def improve(self, solver) -> None:
-        """From the plan `solver` holds, look for one that moves the fewest VMs, then
-        among those the most balanced spare."""
+    def _preempted(self) -> tuple[cp_model.LinearExpr, int]:
+        """How many preemptible VMs stop, summed over the failure sets, and the most it
+        can be. Under a failure set, a preemptible VM on a host that VMs arrive at keeps
+        running only if the firm VMs, the arrivals and the preemptible VMs kept all fit,
+        and no arrival shares an anti-affinity label with it (as the plan's `preempt`
+        decides)."""
+        m = self.model
+        preemptible = [c for c in self.shapes if c.preemptible]
+        stopped, kept, most = [], [], 0
+        for (failed, t), incoming in self.arriving.items():
+            here = [c for c in preemptible if (c, t) in self.home]
+            if not here:
+                continue
+            keep = {c: m.new_int_var(0, self._fits(c, t), "") for c in here}
+            for c, v in keep.items():
+                m.add(v <= self.home[(c, t)])
+                stopped.append(self.home[(c, t)])
+                kept.append(v)
+                most += self._fits(c, t)
+                for label in c.anti_affinity:
+                    clash = [count for a, count in incoming if label in a.anti_affinity]
+                    if clash:
+                        m.add(cp_model.LinearExpr.sum([v] + clash) <= 1)
+            for r in self.resources:
+                if self.cap[t][r] is not None:
+                    firm, needs = self.firm[(t, r)]
+                    m.add(cp_model.LinearExpr.weighted_sum(
+                        firm + [count for c, count in incoming] + list(keep.values()),
+                        needs + [self.need[c][r] for c, count in incoming]
+                        + [self.need[c][r] for c in keep]) <= self.cap[t][r])
+        return (cp_model.LinearExpr.sum(stopped) - cp_model.LinearExpr.sum(kept)), most
+
+    def improve(self, value, preemptions: bool) -> None:
+        """From a plan (`value` gives each variable's value in it: a solver's, or the
+        hint's), look for one that moves the fewest VMs, then among those (with
+        `preemptions`) the one that stops the fewest preemptible VMs, then the most
+        balanced spare."""
         self.model.clear_hints()
         for (dummy, h), v in self.home.items():
-            self.model.add_hint(v, solver.value(v))
+            self.model.add_hint(v, value(v))
         for go in self.go.values():
             for v in go.values():
-                self.model.add_hint(v, solver.value(v))
+                self.model.add_hint(v, value(v))
         for stay, home, count in self.stay:
-            self.model.add_hint(stay, min(solver.value(home), count))
-        # One VM more that stays outweighs any balance (at most 1000).
-        self.model.maximize(1001 * sum(stay for stay, dummy, dummy in self.stay)
-                            - self._fullest_share())
+            self.model.add_hint(stay, min(value(home), count))
+        # Each term outweighs all that follow it: balance is at most 1000.
+        per_preemption = 1001
+        preempted, most = self._preempted() if preemptions else (0, 0)
+        per_stay = per_preemption * (most + 1)
+        self.model.maximize(per_stay * sum(stay for stay, dummy, dummy in self.stay)
+                            - per_preemption * preempted - self._fullest_share())
 
     def hint(self, home: dict[str, str],
              targets: dict[str, dict[frozenset[str], str]]) -> None:
@@ -383,10 +421,17 @@ class _Model:
 def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | None = None,
           hint_home: dict[str, str] | None = None,
           hint_targets: dict[str, dict[frozenset[str], str]] | None = None,
-          workers: int | None = None) -> Outcome:
+          workers: int | None = None, improve_seconds: float | None = None,
+          preemptions: bool = False, hint_is_plan: bool = False) -> Outcome:
     """Search for a plan of `problem` for up to `time_limit` seconds, leaving VMs at
     `previous_home` where it can and starting from the homes `hint_home` and failover
-    targets `hint_targets` (a partial plan, such as where the greedy search stopped)."""
+    targets `hint_targets` (a partial plan, such as where the greedy search stopped).
+    Once a plan is found, look for a better one for `improve_seconds` (by default a
+    few seconds on a re-plan, and otherwise about as long as the first plan took): one
+    that moves fewer VMs, then with `preemptions` one that stops fewer preemptible
+    VMs, then one whose spare is better balanced. With `hint_is_plan` the hint is a
+    whole plan: the search looks for a better one from it at once, for
+    `improve_seconds` (the caller keeps the better of the two)."""
     start = time.perf_counter()
     reason = supported(problem)
     if reason:
@@ -403,17 +448,30 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
     def left() -> float:
         return max(0.01, time_limit - (time.perf_counter() - start))
 
-    # First any plan (CP-SAT stops at the first), then from there the one that moves
-    # fewest VMs and balances the spare best: for a few seconds on a re-plan, and
-    # otherwise about as long as the first plan took (a second at least).
+    if hint_is_plan and "memory_mb" in model.resources:
+        # The search starts from the plan given and keeps it unless it finds better.
+        hinted = dict(zip(model.model.proto.solution_hint.vars,
+                          model.model.proto.solution_hint.values))
+        model.improve(lambda v: hinted.get(v.index, 0), preemptions)
+        solver.parameters.max_time_in_seconds = min(improve_seconds or IMPROVE_SECONDS,
+                                                    left())
+        if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return Outcome("unknown", reason="no better plan found in "
+                           f"{solver.parameters.max_time_in_seconds:g} s",
+                           seconds=time.perf_counter() - start)
+        home, targets = model.read(solver, previous_home)
+        return Outcome("plan", home, targets, seconds=time.perf_counter() - start)
+    # First any plan (CP-SAT stops at the first), then from there a better one.
     solver.parameters.max_time_in_seconds = left()
     status = solver.solve(model.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and "memory_mb" in model.resources:
         first = model.read(solver, previous_home)
         took = time.perf_counter() - start
-        model.improve(solver)
-        solver.parameters.max_time_in_seconds = min(
-            IMPROVE_SECONDS if model.stay else min(IMPROVE_SECONDS, max(1.0, took)), left())
+        model.improve(solver.value, preemptions)
+        if improve_seconds is None:
+            improve_seconds = (IMPROVE_SECONDS if model.stay
+                               else min(IMPROVE_SECONDS, max(1.0, took)))
+        solver.parameters.max_time_in_seconds = min(improve_seconds, left())
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Outcome("plan", *first, seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start

@@ -164,6 +164,28 @@ def test_a_search_out_of_time_says_not_found_and_leaves_the_current_map(tmp_path
     assert vdm_file(inv).read_bytes() == before
 
 
+def test_the_preemptions_objective_writes_a_map_that_stops_fewer_and_is_then_current(
+        tmp_path):
+    cluster = planted(3, 4, fill=0.95, scale=0.25)
+    inv = inventory(tmp_path, cluster.vms, cluster.hostvars,
+                    **{k: v for k, v in cluster.settings.items() if k != "yasco_vms"})
+    rc, task = run_plan(inv)
+    assert rc == 0 and task["preemptions"] > 0 and "objective" not in written(inv), task
+    greedy = task["preemptions"]
+    ask = ("-e", "yasco_plan_objective=preemptions", "-e", "yasco_plan_time_limit=3")
+    rc, task = run_plan(inv, *ask)
+    assert rc == 0 and task["changed"] is True and task["moved"] == [], task.get("msg")
+    assert task["preemptions"] < greedy
+    vdm = written(inv)
+    assert vdm["objective"] == "preemptions" and vdm["version"] == 2
+    assert check(load_problem(cluster.hostvars, cluster.settings), vdm) == []
+    rc, task = run_plan(inv, *ask)
+    assert rc == 0 and task["changed"] is False and task["msg"] == "VDM version 2 is current"
+    rc, task = run_plan(inv, "-e", "yasco_plan_objective=fewest")
+    assert rc != 0 and "objective" in task["msg"] and "balance, preemptions" in task["msg"]
+    assert written(inv) == vdm
+
+
 def test_a_time_limit_of_zero_is_refused_naming_the_variable(tmp_path):
     inv = inventory(tmp_path, VMS)
     rc, task = run_plan(inv, "-e", "yasco_plan_time_limit=0")

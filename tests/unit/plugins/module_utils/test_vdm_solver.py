@@ -170,6 +170,32 @@ def test_the_exact_search_balances_the_spare_once_it_has_a_plan():
     assert fullest == 7 / 16
 
 
+# Small mixed clusters whose greedy plans stop 10 or 11 preemptible VMs over their
+# failure sets, where plans exist that stop two, one and none.
+FEWER_PREEMPTIONS = [2, 3, 5]
+
+
+@pytest.mark.parametrize("seed", FEWER_PREEMPTIONS)
+def test_asked_for_fewest_preemptions_the_planner_stops_fewer_than_the_greedy_plan(seed):
+    problem = problem_of(planted(seed, 4, fill=0.95, scale=SMALL))
+    greedy = plan(problem)
+    assert greedy.method == "greedy" and greedy.preemptions >= 10
+    best = plan(problem, objective="preemptions", time_limit=3)
+    assert check(problem, as_vdm(best)) == []
+    assert best.method == "exact" and best.objective == "preemptions"
+    assert best.preemptions < greedy.preemptions
+    # A re-plan asked the same keeps every home: moves come before preemptions.
+    again = plan(problem, previous_home=best.home, objective="preemptions", time_limit=3)
+    assert again.moved == [] and check(problem, as_vdm(again)) == []
+
+
+def test_an_unknown_objective_is_refused_naming_the_choices():
+    problem = problem_of(planted(2, 4, scale=SMALL))
+    with pytest.raises(ValueError, match="objective: must be one of balance, preemptions, "
+                                         "got 'fewest'"):
+        plan(problem, objective="fewest")
+
+
 def test_a_model_too_large_to_search_in_a_minute_is_refused_with_its_size():
     hostvars = {f"hv{i:03d}": {"yasco_capacity": {"vcpus": 64, "memory_mb": 262144}}
                 for i in range(60)}
