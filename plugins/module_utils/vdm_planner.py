@@ -680,7 +680,6 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
     hint_home, hint_targets = _hints(getattr(greedy, "partial", None))
     outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
                                hint_home=hint_home, hint_targets=hint_targets,
-                               improve_seconds=time_limit if preemptions else None,
                                preemptions=preemptions)
     greedy_said = str(greedy).split("; " + _WHAT_HELPS, maxsplit=1)[0]
     if outcome.status == "infeasible":
@@ -708,7 +707,6 @@ def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float
     hint_home, hint_targets = _hints(state)
     outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
                                hint_home=hint_home, hint_targets=hint_targets,
-                               improve_seconds=time_limit if preemptions else None,
                                preemptions=preemptions, hint_is_plan=preemptions)
     if outcome.status != "plan":
         return state, "greedy"

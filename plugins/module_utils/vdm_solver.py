@@ -421,17 +421,17 @@ class _Model:
 def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | None = None,
           hint_home: dict[str, str] | None = None,
           hint_targets: dict[str, dict[frozenset[str], str]] | None = None,
-          workers: int | None = None, improve_seconds: float | None = None,
-          preemptions: bool = False, hint_is_plan: bool = False) -> Outcome:
+          workers: int | None = None, preemptions: bool = False,
+          hint_is_plan: bool = False) -> Outcome:
     """Search for a plan of `problem` for up to `time_limit` seconds, leaving VMs at
     `previous_home` where it can and starting from the homes `hint_home` and failover
     targets `hint_targets` (a partial plan, such as where the greedy search stopped).
-    Once a plan is found, look for a better one for `improve_seconds` (by default a
-    few seconds on a re-plan, and otherwise about as long as the first plan took): one
-    that moves fewer VMs, then with `preemptions` one that stops fewer preemptible
-    VMs, then one whose spare is better balanced. With `hint_is_plan` the hint is a
-    whole plan: the search looks for a better one from it at once, for
-    `improve_seconds` (the caller keeps the better of the two)."""
+    Once a plan is found, look for a better one: one that moves fewer VMs, then with
+    `preemptions` one that stops fewer preemptible VMs, then one whose spare is better
+    balanced; with `preemptions` for the rest of `time_limit`, otherwise for a few
+    seconds on a re-plan and about as long as the first plan took on a first plan.
+    With `hint_is_plan` the hint is a whole plan: the search looks for a better one
+    from it at once (the caller keeps the better of the two)."""
     start = time.perf_counter()
     reason = supported(problem)
     if reason:
@@ -453,8 +453,8 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
         hinted = dict(zip(model.model.proto.solution_hint.vars,
                           model.model.proto.solution_hint.values))
         model.improve(lambda v: hinted.get(v.index, 0), preemptions)
-        solver.parameters.max_time_in_seconds = min(improve_seconds or IMPROVE_SECONDS,
-                                                    left())
+        solver.parameters.max_time_in_seconds = left() if preemptions else min(
+            IMPROVE_SECONDS, left())
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Outcome("unknown", reason="no better plan found in "
                            f"{solver.parameters.max_time_in_seconds:g} s",
@@ -468,10 +468,9 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
         first = model.read(solver, previous_home)
         took = time.perf_counter() - start
         model.improve(solver.value, preemptions)
-        if improve_seconds is None:
-            improve_seconds = (IMPROVE_SECONDS if model.stay
-                               else min(IMPROVE_SECONDS, max(1.0, took)))
-        solver.parameters.max_time_in_seconds = min(improve_seconds, left())
+        improve = (left() if preemptions else IMPROVE_SECONDS if model.stay
+                   else min(IMPROVE_SECONDS, max(1.0, took)))
+        solver.parameters.max_time_in_seconds = min(improve, left())
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Outcome("plan", *first, seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
