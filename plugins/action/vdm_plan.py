@@ -45,6 +45,9 @@ SKIPPED_HOST_VARS = set(GLOBAL_VARS) | {"yasco_vdm", "hostvars", "groups", "vars
                                         "omit", "environment"}
 HEADER = ("# Written by yasco.cluster.vdm_plan (playbooks/plan.yml): re-plan rather than\n"
           "# edit it; the evacuation and provisioning playbooks read it as it is.\n")
+# The message's note on a plan the greedy search did not find.
+_FOUND_BY = {"exact": " (found by the exact search)",
+             "repair": " (found by repairing the greedy plan a few hosts at a time)"}
 
 
 def _native(value):
@@ -189,7 +192,7 @@ class ActionModule(ActionBase):
             msg=(f"VDM version {vdm['version']}: {len(vdm['home'])} VMs on "
                  f"{len(problem.hosts)} hypervisors, {len(problem.failure_sets)} failure "
                  f"sets covered, {len(moved)} VMs move home"
-                 + (" (found by the exact search)" if planned.method == "exact" else "")))
+                 + _FOUND_BY.get(planned.method, "")))
         return result
 
     @staticmethod

@@ -30,6 +30,7 @@ Pure Python, numpy and (for the exact search) OR-Tools; no I/O and no Ansible.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -49,6 +50,9 @@ _EVICTION_HOMES = 4  # hosts on which a VM that fits nowhere tries to make room
 _EVICTION_TRIALS = 4  # single VMs tried for eviction on each of them
 # A re-plan that moves more than this share of the VMs asks the exact search for fewer.
 _STABLE_SHARE = 0.05
+# Where the greedy search fails, the share of the time limit in which the exact search
+# must find a first plan before the repair takes over.
+_EXACT_SHARE = 0.25
 # What a plan may be asked to do best once it holds: keep the greedy plan and its
 # balanced spare, or stop the fewest preemptible VMs over all failure sets.
 DEFAULT_OBJECTIVE = "balance"
@@ -74,7 +78,7 @@ class Plan:
     preempt: dict[str, list[str]]
     reserve: dict[str, dict[str, float]]
     moved: list[str] = field(default_factory=list)  # VMs whose previous home changed
-    method: str = "greedy"  # or "exact": the search that found it
+    method: str = "greedy"  # or "exact" or "repair": the search that found it
     objective: str = DEFAULT_OBJECTIVE  # what it was asked to do best (OBJECTIVES)
 
     @property
@@ -563,6 +567,10 @@ def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, 
             attempts += [(pack, vms, previous_home) for pack in (False, True)]
     attempts += [(pack, order, {}) for pack in (False, True)]
     failure, furthest = None, None
+
+    def progress(state: _State) -> int:  # VMs placed, less those it moved
+        return len(state.home) - _moves(state, previous_home)
+
     for pack, vms, homes in attempts:
         state = _State(problem, pack=pack, previous_chains=previous_chains if homes else None)
         try:
@@ -570,9 +578,10 @@ def _first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, 
             return state
         except VdmInfeasible as err:
             failure = failure or err
-            if furthest is None or len(state.home) > len(furthest.home):
+            if furthest is None or progress(state) > progress(furthest):
                 furthest = state
-    # Where the attempt that placed most VMs put them: the exact search starts there.
+    # Where the attempt that got furthest put its VMs: the exact search and the repair
+    # start there.
     failure.partial = furthest
     raise failure
 
@@ -615,9 +624,8 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     except VdmInfeasible as greedy:
         if not exact:
             raise
-        state = _solved(problem, previous_home, time_limit, greedy,
-                        preemptions=objective == "preemptions")
-        method = "exact"
+        state, method = _solved(problem, previous_home, time_limit, greedy,
+                                preemptions=objective == "preemptions")
     else:
         preemptions = objective == "preemptions" and any(
             vm.preemptible for vm in problem.vms.values())
@@ -673,22 +681,32 @@ def _state_of(problem: Problem, outcome: vdm_solver.Outcome) -> _State:
 
 
 def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
-            greedy: VdmInfeasible, preemptions: bool) -> _State:
-    """The exact search's plan, started where the greedy search got furthest, or the
-    answer it gives instead; with `preemptions` it then looks, for the rest of
-    `time_limit`, for one that stops fewer preemptible VMs."""
+            greedy: VdmInfeasible, preemptions: bool) -> tuple[_State, str]:
+    """A plan where the greedy search found none, and the search that found it.
+
+    The exact search starts where the greedy search got furthest; it answers, or with
+    `preemptions` improves its first plan, for up to `time_limit`, but gives up when it
+    has found no plan in a share of it. The repair then completes the greedy partial
+    plan window by window for the rest of the time (vdm_solver.repair): on a cluster
+    too large or too full for the exact model it often finds a plan, but never proves
+    there is none. Raises VdmInfeasible with the exact search's proof, or VdmNotFound."""
+    start = time.perf_counter()
     hint_home, hint_targets = _hints(getattr(greedy, "partial", None))
-    outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
-                               hint_home=hint_home, hint_targets=hint_targets,
-                               preemptions=preemptions)
+    exact = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
+                             hint_home=hint_home, hint_targets=hint_targets,
+                             preemptions=preemptions, find_within=time_limit * _EXACT_SHARE)
     greedy_said = str(greedy).split("; " + _WHAT_HELPS, maxsplit=1)[0]
-    if outcome.status == "infeasible":
-        raise VdmInfeasible(f"{greedy_said}; {outcome.reason}; {_WHAT_HELPS}")
-    if outcome.status != "plan":
-        raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
-                          f"the exact search did not settle it ({outcome.reason}); "
-                          f"{_likeliest_fix(problem)}")
-    return _state_of(problem, outcome)
+    if exact.status == "infeasible":
+        raise VdmInfeasible(f"{greedy_said}; {exact.reason}; {_WHAT_HELPS}")
+    if exact.status == "plan":
+        return _state_of(problem, exact), "exact"
+    repaired = vdm_solver.repair(problem, hint_home, hint_targets,
+                                 time_limit - (time.perf_counter() - start), previous_home)
+    if repaired.status == "plan":
+        return _state_of(problem, repaired), "repair"
+    raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
+                      f"the exact search did not settle it ({exact.reason}); "
+                      f"{repaired.reason}; {_likeliest_fix(problem)}")
 
 
 def _moves(state: _State, previous_home: dict[str, str]) -> int:

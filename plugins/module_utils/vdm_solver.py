@@ -29,6 +29,11 @@ larger. `supported` refuses models too large to search in a minute. Capacities a
 sizes are scaled to integers; when that is not exact (sizes with more than three
 decimals) an "infeasible" status is reported as "not found", never as a proof.
 
+The same model repairs a partial plan where the exact search is too slow or its
+model too large (`repair`): a large-neighbourhood search that frees the VMs of a few
+hosts at a time (a `Window`), holds the rest of the plan fixed as load on each host
+and on each host under each failure set (`_Fixed`), and solves the window exactly.
+
 The solution is turned back into one home and one target per failure set for every
 VM, which the planner turns into its usual plan and the checker re-checks. After the
 first plan the search looks for a better one: fewest VMs moved from the current map,
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -59,6 +65,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
 MAX_VARIABLES = 400_000
 # After the first plan of a re-plan, how long to look for one that moves fewer VMs.
 IMPROVE_SECONDS = 5.0
+# The repair's windows: how many hosts each frees, and how long each may search.
+WINDOW_HOSTS = 4
+WINDOW_SECONDS = 5.0
 _SCALE = 1000  # sizes with up to three decimals (vCPUs times a ratio) stay exact
 
 
@@ -93,6 +102,22 @@ class _Shape:
 
     def demand(self, resource: str) -> float:
         return getattr(self, resource)
+
+
+@dataclass
+class Window:
+    """One step of the repair: the VMs at home on `hosts`, and the VMs without a home
+    that may go there, are free; the rest of the plan (`home`, `targets`) is held
+    fixed, as load on each host and on each host under each failure set."""
+
+    hosts: frozenset[str]
+    home: dict[str, str]
+    targets: dict[str, dict[frozenset[str], str]]
+
+    def free(self, problem: Problem) -> list[str]:
+        return sorted(n for n, vm in problem.vms.items()
+                      if self.home.get(n) in self.hosts or n not in self.home
+                      and (vm.home in self.hosts if vm.home else vm.allowed & self.hosts))
 
 
 def _inside(problem: Problem) -> dict[tuple[frozenset[str], str], list[frozenset[str]]]:
@@ -134,11 +159,46 @@ def supported(problem: Problem) -> str | None:
     return None
 
 
+class _Fixed:
+    """What the VMs a window holds fixed take, in the model's units: the firm ones at
+    home on each host, and all that arrive on each host under each failure set; and
+    the anti-affinity labels they hold there. All zero without a window, and at home
+    in the window (whose VMs are free)."""
+
+    def __init__(self, model: _Model, window: Window | None) -> None:
+        self.firm: Counter = Counter()  # (host, resource)
+        self.arriving: Counter = Counter()  # (failure set, host, resource)
+        self.worst: Counter = Counter()  # (host, resource): most under any failure set
+        self.firm_labels: set[tuple] = set()  # (label, host)
+        # (label, failure set, host) and (label, host) of VMs arriving there
+        self.arriving_labels: set[tuple] = set()
+        if window is None:
+            return
+        free = {name for names in model.vms_of.values() for name in names}
+        for name, h in window.home.items():
+            if name in free:
+                continue
+            vm = model.problem.vms[name]
+            need = {r: model.scaled(vm.demand(r), down=False) for r in model.resources}
+            if not vm.preemptible:
+                for r in model.resources:
+                    self.firm[(h, r)] += need[r]
+                self.firm_labels.update((label, h) for label in vm.anti_affinity)
+            for failed, t in window.targets.get(name, {}).items():
+                for r in model.resources:
+                    self.arriving[(failed, t, r)] += need[r]
+                for label in vm.anti_affinity:
+                    self.arriving_labels.update(((label, failed, t), (label, t)))
+        for (dummy, t, r), need in self.arriving.items():
+            self.worst[(t, r)] = max(self.worst[(t, r)], need)
+
+
 class _Model:
     """The CP-SAT model of one problem, and the variables to read a plan from."""
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, window: Window | None = None) -> None:
         self.problem = problem
+        self.window = window
         self.model = cp_model.CpModel()
         self.hosts = sorted(problem.hosts)
         self.resources = [r for r in RESOURCES
@@ -149,13 +209,13 @@ class _Model:
         # every HA VM is its own shape and nesting is stated per VM, as the checker has it.
         alone = not _nested_in_chains(self.inside)
         self.vms_of: dict[_Shape, list[str]] = {}
-        for name in sorted(problem.vms):
+        for name in window.free(problem) if window else sorted(problem.vms):
             vm = problem.vms[name]
             self.vms_of.setdefault(_Shape.of(vm, alone and vm.ha), []).append(name)
         self.shapes = list(self.vms_of)
-        self.cap = {h: {r: self._scaled(getattr(problem.hosts[h], r), down=True)
+        self.cap = {h: {r: self.scaled(getattr(problem.hosts[h], r), down=True)
                         for r in self.resources} for h in self.hosts}
-        self.need = {c: {r: self._scaled(c.demand(r), down=False) for r in self.resources}
+        self.need = {c: {r: self.scaled(c.demand(r), down=False) for r in self.resources}
                      for c in self.shapes}
         self.home: dict[tuple[_Shape, str], cp_model.IntVar] = {}
         self.go: dict[tuple[_Shape, str, frozenset[str]], dict[str, cp_model.IntVar]] = {}
@@ -164,6 +224,7 @@ class _Model:
         self.stay: list[tuple[cp_model.IntVar, cp_model.IntVar, int]] = []
         self.firm: dict[tuple[str, str], tuple[list, list[int]]] = {}  # host, resource
         self.fit_cache: dict[tuple[_Shape, str], int] = {}
+        self.fixed = _Fixed(self, window)
         self._homes()
         self._failures()
         self._anti_affinity()
@@ -176,7 +237,7 @@ class _Model:
         return (sum(len(s) for s in problem.failure_sets) * len(problem.hosts)
                 * len(shapes))
 
-    def _scaled(self, value: float | None, down: bool) -> int | None:
+    def scaled(self, value: float | None, down: bool) -> int | None:
         if value is None:
             return None
         scaled = value * _SCALE
@@ -205,12 +266,19 @@ class _Model:
 
     def _homes(self) -> None:
         m = self.model
+        window = self.window.hosts if self.window else None
         for c in self.shapes:
             hosts = [c.home] if c.home else sorted(c.allowed)
+            hosts = [h for h in hosts if window is None or h in window]
             for h in hosts:
                 self.home[(c, h)] = m.new_int_var(0, self._fits(c, h), "")
-            m.add(cp_model.LinearExpr.sum([self.home[(c, h)] for h in hosts])
-                  == len(self.vms_of[c]))
+            placed = cp_model.LinearExpr.sum([self.home[(c, h)] for h in hosts])
+            if window is None:
+                m.add(placed == len(self.vms_of[c]))
+            else:  # a window's firm VMs with a home keep one; others may find one
+                m.add(placed <= len(self.vms_of[c]))
+                if not c.preemptible:
+                    m.add(placed >= sum(n in self.window.home for n in self.vms_of[c]))
         for h in self.hosts:
             here = [c for c in self.shapes if (c, h) in self.home]
             firm = [c for c in here if not c.preemptible]
@@ -221,6 +289,10 @@ class _Model:
                     m.add(cp_model.LinearExpr.weighted_sum(
                         [self.home[(c, h)] for c in here], [self.need[c][r] for c in here])
                         <= self.cap[h][r])
+                if self.cap[h][r] is not None and self.fixed.worst[(h, r)] and firm:
+                    # with what fixed VMs bring under the failure set that brings most
+                    m.add(cp_model.LinearExpr.weighted_sum(*self.firm[(h, r)])
+                          <= self.cap[h][r] - self.fixed.worst[(h, r)])
 
     def _failures(self) -> None:
         m = self.model
@@ -243,7 +315,8 @@ class _Model:
                     firm, needs = self.firm[(t, r)]
                     m.add(cp_model.LinearExpr.weighted_sum(
                         firm + [count for c, count in incoming],
-                        needs + [self.need[c][r] for c, count in incoming]) <= self.cap[t][r])
+                        needs + [self.need[c][r] for c, count in incoming])
+                        <= self.room(failed, t, r))
         # Nesting: whoever goes to a host that survives the larger set too still goes
         # there. On counts, against the largest subset (the others are inside it).
         for (c, h, failed), go in self.go.items():
@@ -253,8 +326,14 @@ class _Model:
                 for t, count in go.items():
                     m.add(count >= before[t])
 
+    def room(self, failed: frozenset[str], t: str, r: str) -> int:
+        """What host t has of resource r, under failure set `failed`, for the model's
+        firm VMs at home and arrivals: all of it, less what fixed VMs take."""
+        return (self.cap[t][r] - self.fixed.firm[(t, r)]
+                - self.fixed.arriving[(failed, t, r)])
+
     def _anti_affinity(self) -> None:
-        m = self.model
+        m, fixed = self.model, self.fixed
         labels = sorted(set().union(*(c.anti_affinity for c in self.shapes)))
         firm_with: dict[tuple[str, str], list] = {}
         for label in labels:
@@ -265,13 +344,17 @@ class _Model:
                     m.add(cp_model.LinearExpr.sum(here) <= 1)
                 firm_with[(label, h)] = [self.home[(c, h)] for c in sharing
                                          if not c.preemptible and (c, h) in self.home]
+                if firm_with[(label, h)] and (label, h) in fixed.arriving_labels:
+                    m.add(cp_model.LinearExpr.sum(firm_with[(label, h)]) == 0)
         for (failed, t), incoming in self.arriving.items():
             by_label: dict[str, list] = {}
             for c, count in incoming:
                 for label in c.anti_affinity:
                     by_label.setdefault(label, []).append(count)
             for label, arriving in by_label.items():
-                m.add(cp_model.LinearExpr.sum(arriving + firm_with[(label, t)]) <= 1)
+                taken = ((label, t) in fixed.firm_labels
+                         or (label, failed, t) in fixed.arriving_labels)
+                m.add(cp_model.LinearExpr.sum(arriving + firm_with[(label, t)]) <= 1 - taken)
 
     def keep(self, previous_home: dict[str, str]) -> None:
         """Count the VMs that stay where `previous_home` has them (`stay`)."""
@@ -353,6 +436,21 @@ class _Model:
         self.model.maximize(per_stay * sum(stay for stay, dummy, dummy in self.stay)
                             - per_preemption * preempted - self._fullest_share())
 
+    def fill(self) -> None:
+        """Look for the plan that gives homes to the most memory of firm VMs, then
+        keeps the most VMs where they were (`keep`), then gives homes to the most
+        memory of preemptible VMs (a window's: they need only room at home, which firm
+        VMs need first)."""
+        memory = {c: max(1, self.need[c].get("memory_mb", 0) // _SCALE) for c in self.shapes}
+        # Each term outweighs all that follow it.
+        per_stay = 1 + sum(memory[c] * len(self.vms_of[c])
+                           for c in self.shapes if c.preemptible)
+        per_firm = per_stay * (1 + sum(count for dummy, dummy, count in self.stay))
+        self.model.maximize(cp_model.LinearExpr.weighted_sum(
+            list(self.home.values()) + [stay for stay, dummy, dummy in self.stay],
+            [memory[c] * (1 if c.preemptible else per_firm) for c, dummy in self.home]
+            + [per_stay] * len(self.stay)))
+
     def hint(self, home: dict[str, str],
              targets: dict[str, dict[frozenset[str], str]]) -> None:
         """Start the search from `home` and `targets` (a partial plan will do)."""
@@ -370,7 +468,8 @@ class _Model:
                 self.model.add_hint(v, go.get((c, h, failed, t), 0))
 
     def read(self, solver, previous_home: dict[str, str]) -> tuple[dict, dict]:
-        """One home per VM and, per failure set holding it, one target per HA VM."""
+        """One home per VM and, per failure set holding it, one target per HA VM (in a
+        window, for the VMs it gives a home, those that had one first)."""
         home: dict[str, str] = {}
         targets: dict[str, dict[frozenset[str], str]] = {}
         for c, names in self.vms_of.items():
@@ -384,13 +483,15 @@ class _Model:
                     left[was] -= 1
                 else:
                     waiting.append(name)
+            waiting.sort(key=lambda n: n in previous_home)  # the last are placed first
             for h in sorted(left):
                 for dummy in range(left[h]):
                     home[waiting.pop()] = h
             if c.ha:
                 by_home: dict[str, list[str]] = {}
                 for name in names:
-                    by_home.setdefault(home[name], []).append(name)
+                    if name in home:
+                        by_home.setdefault(home[name], []).append(name)
                 for h, group in by_home.items():
                     self._targets(c, h, group, solver, targets)
         return home, targets
@@ -422,7 +523,7 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
           hint_home: dict[str, str] | None = None,
           hint_targets: dict[str, dict[frozenset[str], str]] | None = None,
           workers: int | None = None, preemptions: bool = False,
-          hint_is_plan: bool = False) -> Outcome:
+          hint_is_plan: bool = False, find_within: float | None = None) -> Outcome:
     """Search for a plan of `problem` for up to `time_limit` seconds, leaving VMs at
     `previous_home` where it can and starting from the homes `hint_home` and failover
     targets `hint_targets` (a partial plan, such as where the greedy search stopped).
@@ -431,7 +532,8 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
     balanced; with `preemptions` for the rest of `time_limit`, otherwise for a few
     seconds on a re-plan and about as long as the first plan took on a first plan.
     With `hint_is_plan` the hint is a whole plan: the search looks for a better one
-    from it at once (the caller keeps the better of the two)."""
+    from it at once (the caller keeps the better of the two). With `find_within` it
+    gives up ("unknown") when it has found no plan in that many seconds."""
     start = time.perf_counter()
     reason = supported(problem)
     if reason:
@@ -462,7 +564,7 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
         home, targets = model.read(solver, previous_home)
         return Outcome("plan", home, targets, seconds=time.perf_counter() - start)
     # First any plan (CP-SAT stops at the first), then from there a better one.
-    solver.parameters.max_time_in_seconds = left()
+    solver.parameters.max_time_in_seconds = min(left(), find_within or time_limit)
     status = solver.solve(model.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and "memory_mb" in model.resources:
         first = model.read(solver, previous_home)
@@ -483,4 +585,79 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
     if status == cp_model.INFEASIBLE:
         return Outcome("unknown", reason="no plan with sizes rounded to 1/1000 exists; "
                        "the exact sizes may still have one", seconds=seconds)
-    return Outcome("unknown", reason=f"no plan found in {time_limit:g} s", seconds=seconds)
+    return Outcome("unknown", reason="no plan found in "
+                   f"{solver.parameters.max_time_in_seconds:g} s", seconds=seconds)
+
+
+def _window_hosts(problem: Problem, home: dict[str, str],
+                  targets: dict[str, dict[frozenset[str], str]],
+                  rng: random.Random) -> frozenset[str]:
+    """Where to look next: a host where a VM without a home may go, drawn by the
+    memory it has free at home, with the failure set that brings it most (whose VMs
+    may then go elsewhere), and hosts drawn at random up to WINDOW_HOSTS."""
+    vm = problem.vms[rng.choice(sorted(set(problem.vms) - set(home)))]
+    hosts = sorted(problem.hosts)
+    free = {h: problem.hosts[h].memory_mb for h in hosts}
+    for name, h in home.items():
+        free[h] -= problem.vms[name].memory_mb
+    allowed = [vm.home] if vm.home else sorted(vm.allowed)
+    first = rng.choices(allowed, [max(free[h], 0) + 1 for h in allowed])[0]
+    brought: Counter = Counter()
+    for name, chosen in targets.items():
+        for failed, t in chosen.items():
+            if t == first:
+                brought[failed] += problem.vms[name].memory_mb
+    window = {first, *(max(brought, key=brought.get) if brought else ())}
+    rest = [h for h in hosts if h not in window]
+    return frozenset([*window, *rng.sample(rest, max(0, min(WINDOW_HOSTS - len(window),
+                                                            len(rest))))])
+
+
+def repair(problem: Problem, home: dict[str, str],
+           targets: dict[str, dict[frozenset[str], str]], time_limit: float,
+           previous_home: dict[str, str] | None = None, seed: int = 0,
+           workers: int | None = None) -> Outcome:
+    """Complete the partial plan `home` and `targets` (where the greedy search stopped)
+    within `time_limit` seconds: a large-neighbourhood search. Each step frees the VMs
+    at home on a few hosts (`_window_hosts`) and the VMs without a home that may go
+    there, holds the rest of the plan fixed as load, and solves that window exactly,
+    giving homes to as much memory of firm VMs as it can, then leaving VMs at
+    `previous_home` where it can, then giving homes to preemptible VMs; firm VMs that
+    had a home keep one. It stops when every VM has a home ("plan") or
+    the time is up ("unknown", with the VMs it placed); it proves nothing."""
+    start = time.perf_counter()
+    if cp_model is None:
+        return Outcome("unsupported", reason="the repair needs the Python library ortools")
+    rng = random.Random(seed)
+    home = {n: h for n, h in home.items() if n in problem.vms}
+    targets = {n: dict(t) for n, t in targets.items() if n in home}
+
+    def left() -> float:
+        return time_limit - (time.perf_counter() - start)
+
+    steps = 0
+    while len(home) < len(problem.vms) and left() > 0.1:
+        steps += 1
+        window = Window(_window_hosts(problem, home, targets, rng), home, targets)
+        model = _Model(problem, window)
+        model.hint(home, targets)
+        if previous_home:
+            model.keep(previous_home)
+        model.fill()
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+        solver.parameters.max_time_in_seconds = min(WINDOW_SECONDS, left())
+        solver.parameters.random_seed = rng.randrange(1 << 16)
+        if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            continue
+        placed, placed_targets = model.read(solver, home)
+        free = {name for names in model.vms_of.values() for name in names}
+        home = {n: h for n, h in home.items() if n not in free} | placed
+        targets = {n: t for n, t in targets.items() if n not in free} | placed_targets
+    seconds = time.perf_counter() - start
+    if len(home) == len(problem.vms):
+        return Outcome("plan", home, targets, seconds=seconds)
+    return Outcome("unknown", home, targets, seconds=seconds,
+                   reason=f"the repair gave homes to {len(home)} of {len(problem.vms)} "
+                   f"VMs in {seconds:.1f} s ({steps} windows)" if steps
+                   else "no time was left for the repair")

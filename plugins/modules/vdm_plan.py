@@ -180,7 +180,9 @@ answer:
   type: str
   sample: plan
 method:
-  description: The search that found the plan, V(greedy) or V(exact).
+  description:
+    - The search that found the plan, V(greedy), V(exact), or V(repair) (the exact
+      search over a few hosts at a time, from where the greedy search stopped).
   returned: changed
   type: str
   sample: greedy

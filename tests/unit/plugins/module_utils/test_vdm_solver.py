@@ -15,7 +15,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import che
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planted import overloaded, planted
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
-    VdmInfeasible, VdmNotFound, plan)
+    VdmInfeasible, VdmNotFound, _plan_of, _state_of, plan)
 
 # Hosts of 16 to 64 GB: a hundred VMs or so, planned in well under a second.
 SMALL = 0.25
@@ -65,6 +65,67 @@ def test_greedy_alone_misses_plans_on_mixed_hardware_that_the_exact_search_finds
             assert result.method == "exact"
             assert check(problem, as_vdm(result)) == []
     assert len(missed) >= len(SEEDS) // 2, missed
+
+
+@pytest.mark.parametrize("hosts, family", [
+    (6, {}), (6, {"x": 2}), (6, {"anti_affinity": 0.3}), (8, {"racks": 4}),
+    (6, {"preemptible": 0.0}),
+], ids=["mixed", "X=2", "anti-affinity", "racks", "no preemptible"])
+def test_the_repair_plans_what_the_greedy_search_left_when_the_exact_model_is_too_large(
+        hosts, family, monkeypatch):
+    monkeypatch.setattr(vdm_solver, "MAX_VARIABLES", 0)  # every model is too large
+    repaired = []
+    for seed in SEEDS:
+        problem = problem_of(planted(seed, hosts, fill=0.98, scale=SMALL, **family))
+        try:
+            plan(problem, exact=False)
+        except VdmInfeasible:
+            result = plan(problem, time_limit=60)
+            assert result.method == "repair"
+            assert check(problem, as_vdm(result)) == []
+            repaired.append(seed)
+    assert len(repaired) >= 2, repaired
+
+
+def _five_hosts(x: int, vms: dict) -> object:
+    hostvars = {f"h{i}": {"yasco_capacity": {"vcpus": 64, "memory_mb": 65536}}
+                for i in range(1, 6)}
+    return load_problem(hostvars, {"yasco_failures_to_tolerate": x, "yasco_vms": vms})
+
+
+def _vm(hosts: list[str], labels: list[str], ha: bool = True) -> dict:
+    return {"vcpus": 1, "memory_mb": 1024, "ha": ha, "home": hosts[0], "hosts": hosts,
+            "anti_affinity": labels}
+
+
+def test_the_repair_keeps_anti_affinity_with_the_vms_it_holds_fixed():
+    """u must fail over from h1 to h5, where plain f, held fixed whenever the window
+    leaves h5 out, shares its label: there is no plan."""
+    problem = _five_hosts(1, {"u": _vm(["h1", "h5"], ["L"]),
+                              "f": _vm(["h5"], ["L"], ha=False)})
+    for seed in range(8):
+        outcome = vdm_solver.repair(problem, {"f": "h5"}, {}, 1.0, seed=seed, workers=1)
+        assert outcome.status == "unknown" and "u" not in outcome.home
+
+
+def test_the_repair_keeps_anti_affinity_with_the_failovers_it_holds_fixed():
+    """When h1 and h5 fail, g and k (at home on h5) go to h2 and h3, the only hosts u
+    (at home on h1) may go to, and u shares a label with each: the repair must move
+    g's or k's failover, which it may only when h5 is in the window."""
+    problem = _five_hosts(2, {"u": _vm(["h1", "h2", "h3"], ["L", "M"]),
+                              "g": _vm(["h5", "h2", "h4"], ["L"]),
+                              "k": _vm(["h5", "h3", "h4"], ["M"])})
+    home = {"g": "h5", "k": "h5"}
+    targets = {}
+    for name, first in (("g", "h2"), ("k", "h3")):
+        targets[name] = {frozenset(["h5", h]): first for h in ("h1", "h2", "h3", "h4")}
+        targets[name][frozenset(["h5"])] = first
+        targets[name][frozenset(["h5", first])] = "h4"
+    for seed in range(8):
+        outcome = vdm_solver.repair(problem, home, targets, 10.0, seed=seed, workers=1)
+        assert outcome.status == "plan"
+        result = _plan_of(_state_of(problem, outcome), problem)
+        assert check(problem, as_vdm(result)) == []
 
 
 def test_greedy_alone_plans_the_same_construction_on_identical_hosts():
@@ -118,7 +179,9 @@ def test_a_search_out_of_time_says_not_found_and_what_would_most_likely_help():
         plan(problem, time_limit=0.001)
     message = str(err.value)
     assert message.startswith("no plan found: the greedy search stopped at VM ")
-    assert "no plan found in 0.001 s" in message
+    assert re.search(r"the exact search did not settle it \(no plan found in 0\.0\d+ s\)",
+                     message)
+    assert "; no time was left for the repair; " in message
     assert re.search(r"the failure of hv\d+ leaves the least room, \d+ MB memory", message)
     assert check(problem, as_vdm(plan(problem))) == []  # given time, there is one
 
