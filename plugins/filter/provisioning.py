@@ -17,7 +17,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
 from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
     ReturnHomeError, plan as return_home)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, plan_moves, settled_records, wave_steps, waves)
+    RebalanceError, move_steps, plan_moves, settled_records, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
     ProvisioningError, by_record, provisioning_items)
 
@@ -73,7 +73,9 @@ def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CL
     try:
         moves = plan_moves(current, vdm or {})
         grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)))
-        return wave_steps(grouped, {vm["name"]: vm for vm in status_vms or []}, cluster)
+        by_name = {vm["name"]: vm for vm in status_vms or []}
+        return [[{**m, **move_steps(m, by_name[m["vm"]], cluster)} for m in wave]
+                for wave in grouped]
     except (RebalanceError, ValueError) as err:
         raise AnsibleFilterError(f"cannot rebalance: {err}") from err
 

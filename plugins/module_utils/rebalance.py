@@ -139,28 +139,12 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
     return out
 
 
-def wave_steps(grouped: list[list[dict[str, str]]], vms: dict[str, dict[str, Any]],
-               cluster: str) -> list[list[dict[str, Any]]]:
-    """The waves' moves, each with what it writes (move_steps). `vms` are the VMs'
-    cluster_status entries by name: a VM's first move claims its record as read; a
-    later one (home after a temporary hop) the record its previous move wrote."""
-    last: dict[str, dict[str, Any]] = {}
-    out = []
-    for wave in grouped:
-        steps = [{**m, **move_steps(m, vms[m["vm"]], cluster, last.get(m["vm"]))}
-                 for m in wave]
-        last.update((step["vm"], step["record"]) for step in steps)
-        out.append(steps)
-    return out
-
-
-def move_steps(move: dict[str, str], vm: dict[str, Any], cluster: str,
-               after: dict[str, Any] | None = None) -> dict[str, Any]:
+def move_steps(move: dict[str, str], vm: dict[str, Any], cluster: str) -> dict[str, Any]:
     """What a live migration writes: its etcd claim (on the record of `vm`, the VM's
-    cluster_status entry, or on what `after`, an earlier move's record, wrote), its
-    record once moved, the record that puts it back where it was when the move fails
-    (each an element of etcd_key's batch), and its history event."""
-    claimed = vm_records.migrate(vm, move["from"], move["to"], cluster, after)
+    cluster_status entry), its record once moved, the record that puts it back where
+    it was when the move fails (each an element of etcd_key's batch), and its history
+    event."""
+    claimed = vm_records.migrate(vm, move["from"], move["to"], cluster)
     return {"label": f"{move['vm']}: {move['from']} -> {move['to']}",
             "claim": claimed,
             "record": vm_records.complete(claimed, vm_records.RUNNING, move["to"]),

@@ -25,7 +25,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, vm
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     ACTIVE, images_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, fits, hypervisors_of, loads, plan_moves, sizes_of, wave_steps, waves)
+    RebalanceError, fits, hypervisors_of, loads, move_steps, plan_moves, sizes_of, waves)
 
 
 class ReturnHomeError(Exception):
@@ -116,7 +116,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         "stale": stale,
         "unfence": unfence(host, fence, cluster, images),
         "autostart": autostart,
-        "waves": wave_steps(grouped, vms, cluster),
+        "waves": [[{**m, **move_steps(m, vms[m["vm"]], cluster)} for m in wave] for wave in grouped],
         "restart": restart,
         "waiting": waiting,
         "away": sorted(name for name, where in after.items()

@@ -110,18 +110,10 @@ def claim(vm: dict[str, Any], state: str, host: str | None,
 
 
 def migrate(vm: dict[str, Any], source: str, target: str,
-            cluster: str = etcd_keys.DEFAULT_CLUSTER,
-            after: dict[str, Any] | None = None) -> dict[str, Any]:
+            cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[str, Any]:
     """The claim of a live migration of VM `vm` from `source` to `target`: only if its
     record is still the revision read and says it runs on `source`. A record that
-    says otherwise fails the claim when it is made, and the error says what it found.
-    `after` is the write that ended an earlier move of the same VM in the same run (a
-    temporary hop): its revision is known only once made, so the claim compares the
-    value that write left."""
-    if after is not None:
-        _allow(vm["name"], after["value"]["state"], MIGRATING)
-        return {"key": after["key"], "if_value": after["value"],
-                "value": _value(MIGRATING, source, {"to": target})}
+    says otherwise fails the claim when it is made, and the error says what it found."""
     revision = revision_of(vm)
     return {"key": etcd_keys.vm_key(vm["name"], cluster=cluster),
             "value": _value(MIGRATING, source, {"to": target, "claimed_at": revision}),
