@@ -19,7 +19,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
     RebalanceError, move_steps, plan_moves, settled_records, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
-    ProvisioningError, by_record, provisioning_items)
+    ProvisioningError, provisioning_items)
 
 
 def vm_provisioning(vms, vdm, defaults, cluster, uris):
@@ -73,9 +73,7 @@ def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CL
     try:
         moves = plan_moves(current, vdm or {})
         grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)))
-        by_name = {vm["name"]: vm for vm in status_vms or []}
-        return [[{**m, **move_steps(m, by_name[m["vm"]], cluster)} for m in wave]
-                for wave in grouped]
+        return [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped]
     except (RebalanceError, ValueError) as err:
         raise AnsibleFilterError(f"cannot rebalance: {err}") from err
 
@@ -160,14 +158,6 @@ def etcd_access_commands(hosts, cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"etcd_access_commands: {err}") from err
 
 
-def provisioning_by_record(items, kvs, host, cluster=etcd_keys.DEFAULT_CLUSTER):
-    """A host's provisioning items sorted by what etcd records of each VM."""
-    try:
-        return by_record(list(items or []), list(kvs or []), host, cluster)
-    except ValueError as err:
-        raise AnsibleFilterError(f"provisioning_by_record: {err}") from err
-
-
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
@@ -179,5 +169,4 @@ class FilterModule:
                 "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
                 "host_key": host_key, "ha_disarmed_key": ha_disarmed_key,
                 "batch_succeeded": batch_succeeded, "batch_errors": batch_errors,
-                "etcd_access_commands": etcd_access_commands,
-                "provisioning_by_record": provisioning_by_record}
+                "etcd_access_commands": etcd_access_commands}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
 RESOURCES = ("vcpus", "memory_mb", "net_mbps")
 _EPSILON = 1e-9
@@ -139,16 +139,19 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
     return out
 
 
-def move_steps(move: dict[str, str], vm: dict[str, Any], cluster: str) -> dict[str, Any]:
-    """What a live migration writes: its etcd claim (on the record of `vm`, the VM's
-    cluster_status entry), its record once moved, the record that puts it back where
-    it was when the move fails (each an element of etcd_key's batch), and its history
-    event."""
-    claimed = vm_records.migrate(vm, move["from"], move["to"], cluster)
+def move_steps(move: dict[str, str], cluster: str) -> dict[str, Any]:
+    """What a live migration writes: its etcd claim, its record once moved, the record
+    that puts it back where it was when the move fails (each an element of etcd_key's
+    batch), and its history event."""
+    key = etcd_keys.vm_key(move["vm"], cluster=cluster)
+    migrating = {"host": move["from"], "state": "migrating", "to": move["to"]}
     return {"label": f"{move['vm']}: {move['from']} -> {move['to']}",
-            "claim": claimed,
-            "record": vm_records.complete(claimed, vm_records.RUNNING, move["to"]),
-            "stayed": vm_records.complete(claimed, vm_records.RUNNING, move["from"]),
+            "claim": {"key": key, "value": migrating,
+                      "if_value": {"host": move["from"], "state": "running"}},
+            "record": {"key": key, "value": {"host": move["to"], "state": "running"},
+                       "if_value": migrating},
+            "stayed": {"key": key, "value": {"host": move["from"], "state": "running"},
+                       "if_value": migrating},
             "event": {"vm": move["vm"], "host": move["to"],
                       "details": {"from": move["from"]}}}
 
