@@ -17,9 +17,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
 from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
     ReturnHomeError, plan as return_home)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, move_steps, plan_moves, settled_records, waves)
+    RebalanceError, plan_moves, settled_records, wave_steps, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
-    ProvisioningError, provisioning_items)
+    ProvisioningError, by_record, provisioning_items)
 
 
 def vm_provisioning(vms, vdm, defaults, cluster, uris):
@@ -73,7 +73,7 @@ def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CL
     try:
         moves = plan_moves(current, vdm or {})
         grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)))
-        return [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped]
+        return wave_steps(grouped, {vm["name"]: vm for vm in status_vms or []}, cluster)
     except (RebalanceError, ValueError) as err:
         raise AnsibleFilterError(f"cannot rebalance: {err}") from err
 
@@ -158,6 +158,14 @@ def etcd_access_commands(hosts, cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"etcd_access_commands: {err}") from err
 
 
+def provisioning_by_record(items, kvs, host, cluster=etcd_keys.DEFAULT_CLUSTER):
+    """A host's provisioning items sorted by what etcd records of each VM."""
+    try:
+        return by_record(list(items or []), list(kvs or []), host, cluster)
+    except ValueError as err:
+        raise AnsibleFilterError(f"provisioning_by_record: {err}") from err
+
+
 class FilterModule:
     def filters(self):
         return {"vm_provisioning": vm_provisioning, "vm_record_key": vm_record_key,
@@ -169,4 +177,5 @@ class FilterModule:
                 "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
                 "host_key": host_key, "ha_disarmed_key": ha_disarmed_key,
                 "batch_succeeded": batch_succeeded, "batch_errors": batch_errors,
-                "etcd_access_commands": etcd_access_commands}
+                "etcd_access_commands": etcd_access_commands,
+                "provisioning_by_record": provisioning_by_record}

@@ -113,6 +113,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         })
     records = {kv.key.rsplit("/", 1)[-1]: from_json(kv.value, kv.key)
                for kv in snapshot[etcd_keys.vms_prefix(cluster=cluster)]}
+    revisions = {kv.key.rsplit("/", 1)[-1]: kv.mod_revision
+                 for kv in snapshot[etcd_keys.vms_prefix(cluster=cluster)]}
     requested = {kv.key.rsplit("/", 1)[-1]: (from_json(kv.value, kv.key) or {}).get("state")
                  for kv in snapshot[etcd_keys.requested_prefix(cluster=cluster)]}
     vms = []
@@ -135,7 +137,9 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                     # What HA is asked to keep true (playbooks/vm_state.yml).
                     "requested": requested.get(name, "started" if kinds.get(name) == "ha"
                                                else None),
-                    "record": records.get(name)})
+                    "record": records.get(name),
+                    # What a change to the record compares (module_utils/vm_records.py).
+                    "record_revision": revisions.get(name, 0)})
     host_table = _table([[h["name"], "yes" if h["alive"] else "NO",
                           "-" if h["lease_ttl"] is None else h["lease_ttl"],
                           "-" if not h["alive"] else f"{h['watchdog']} s" if h["watchdog"]

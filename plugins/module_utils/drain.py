@@ -20,11 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
-    ACTIVE, preempt_step)
+from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import preempt_step
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RESOURCES, fits, hypervisors_of, loads, move_steps, room, sizes_of, waves)
+    RESOURCES, fits, hypervisors_of, loads, room, sizes_of, wave_steps, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
+from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import ACTIVE
 
 
 class DrainError(Exception):
@@ -109,7 +109,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
         # Its own agent, stopping as the host goes down, asked for this drain.
         "asked_by_agent": etcd_keys.asks_migration(here.get("maintenance_marker")),
         "preempt": preempt + stop,
-        "waves": [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped],
+        "waves": wave_steps(grouped, vms, cluster),
         "events": [{"kind": "preempted", "vm": p["vm"], "host": p["host"]}
                    for p in preempt + stop],
     }

@@ -8,7 +8,8 @@ carries it out step by step.
 etcd is the truth about which hosts failed: a hypervisor whose liveness key is gone
 and that is not in maintenance. Every step is stated so that a rerun, after a crash
 halfway or alongside a concurrent run, does what is left and nothing twice:
-- a VM's claim compares its record as it was read, so only one run claims it;
+- a VM's claim compares its record's revision as it was read, so only one run claims
+  it (module_utils/vm_records.py);
 - a VM whose record already names its target (claimed by an earlier run) is started
   there again, which libvirt makes a no-op if it runs;
 - a VM whose record names a host that is alive is left alone.
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
 
 
@@ -66,7 +67,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
             continue  # HA leaves it alone: its record stays as it is
         if kind != "ha" or name not in by_name or wanted == "stopped":
             if where in failed and record.get("state") in ACTIVE:
-                down.append(_marked_down(name, record, cluster,
+                down.append(_marked_down(vms[name], cluster,
                                          "stopped" if wanted == "stopped" else "down"))
             continue
         if where in failed and record.get("state") in ACTIVE:
@@ -75,12 +76,12 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
             if target is None and home not in failed and home not in unusable:
                 target = home  # it was away from home, and home is up
             if target is None:
-                down.append(_marked_down(name, record, cluster))
+                down.append(_marked_down(vms[name], cluster))
                 continue
-            start.append(_start(by_name[name], record, target, hosts, cluster, claim=True))
+            start.append(_start(by_name[name], vms[name], target, hosts, cluster, claim=True))
         elif record.get("from") in failed and record.get("state") == "starting":
             # Claimed by an earlier run that stopped before starting it.
-            start.append(_start(by_name[name], record, where, hosts, cluster, claim=False))
+            start.append(_start(by_name[name], vms[name], where, hosts, cluster, claim=False))
         elif (record.get("state") == "running" and vdm["home"].get(name) in failed
               and where not in failed):
             settled.append(name)  # evacuated already (or never at home)
@@ -159,31 +160,33 @@ def images_of(item: dict[str, Any]) -> list[str]:
     return [d["rbd"] for d in item["domain"]["spec"].get("disks", []) if d.get("rbd")]
 
 
-def _start(item: dict[str, Any], record: dict[str, Any], target: str,
+def _start(item: dict[str, Any], vm: dict[str, Any], target: str,
            hosts: dict[str, Any], cluster: str, claim: bool) -> dict[str, Any]:
-    key = etcd_keys.vm_key(item["name"], cluster=cluster)
+    """Starting VM `item` on `target`: its claim, unless an earlier run's stands (the
+    record then says starting there), and its record once it runs."""
+    record = vm.get("record") or {}
     source = record.get("host") if claim else record.get("from")
-    starting = {"host": target, "state": "starting", "from": source}
+    claimed = (vm_records.claim(vm, vm_records.STARTING, target, cluster, **{"from": source})
+               if claim else None)
     uri = hosts.get(target, {}).get("uri") or item["uri"]
     return {
         "vm": item["name"], "from": source, "to": target, "uri": uri,
         "priority": item.get("priority", 0), "images": images_of(item),
         # libvirt_domain's options: defined and started on the target.
         "domain": {**item["domain"], "uri": uri},
-        "claim": {"key": key, "value": starting, "if_value": record} if claim else None,
+        "claim": claimed,
         # The same shape as provisioning's, which rebalance and return home compare.
-        "record": {"key": key, "value": {"host": target, "state": "running"},
-                   "if_value": starting},
+        "record": (vm_records.complete(claimed, vm_records.RUNNING, target) if claimed
+                   else vm_records.change(vm, vm_records.RUNNING, target, cluster)),
         "event": {"vm": item["name"], "host": target, "details": {"from": source}},
     }
 
 
-def _marked_down(name: str, record: dict[str, Any], cluster: str,
-                 state: str = "down") -> dict[str, Any]:
-    return {"vm": name, "host": record.get("host"),
-            "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
-                       "value": {"host": record.get("host"), "state": state},
-                       "if_value": record}}
+def _marked_down(vm: dict[str, Any], cluster: str, state: str = vm_records.DOWN
+                 ) -> dict[str, Any]:
+    host = (vm.get("record") or {}).get("host")
+    return {"vm": vm["name"], "host": host,
+            "record": vm_records.change(vm, state, host, cluster)}
 
 
 def preempt_step(name: str, vm: dict[str, Any], hosts: dict[str, Any],
@@ -191,9 +194,6 @@ def preempt_step(name: str, vm: dict[str, Any], hosts: dict[str, Any],
     """Stopping a preemptible VM where it runs (cluster_status' entry `vm`): its
     domain (an element of libvirt_domain's batch) and its record, preempted."""
     host = vm["running_on"][0]
-    record = vm.get("record") or {}
     return {"vm": name, "host": host,
             "domain": {"name": name, "uri": hosts.get(host, {}).get("uri")},
-            "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
-                       "value": {"host": host, "state": "preempted"},
-                       **({"if_value": record} if record else {})}}
+            "record": vm_records.change(vm, vm_records.PREEMPTED, host, cluster)}

@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import json_or_none
-from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import ACTIVE
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 # How soon a host up for its hold-down whose agent missed a beat is looked at again.

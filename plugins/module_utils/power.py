@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys, vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import images_of
 from ansible_collections.yasco.cluster.plugins.module_utils.return_home import unfence
 
@@ -145,8 +145,8 @@ def stopped_records(fates: list[dict[str, Any]], plan: dict[str, Any]) -> list[d
     for fate in fates:
         entry = by_vm[(fate["vm"], fate["host"])]
         if fate["ok"] and entry["record_key"]:
-            out.append({"key": entry["record_key"],
-                        "value": {"host": fate["host"], "state": "stopped", "by": EMERGENCY}})
+            out.append(vm_records.overwrite(entry["record_key"], vm_records.STOPPED,
+                                            fate["host"], by=EMERGENCY))
     return out
 
 
@@ -197,17 +197,14 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
             continue
         item = by_name[name]
         uri = hosts[target].get("uri") or item["uri"]
+        claimed = vm_records.claim(vm, vm_records.STARTING, target, cluster, by="cold_start")
         start.append({
             "vm": name, "host": target, "rank": rank(kinds.get(name, item["kind"]),
                                                      priorities.get(name, 0)),
             "images": images_of(item), "domain": {**item["domain"], "uri": uri},
             "ref": {"name": name, "uri": uri},
-            "claim": {"key": item["record_key"],
-                      "value": {"host": target, "state": "starting", "by": "cold_start"},
-                      **({"if_value": vm["record"]} if vm.get("record") is not None
-                         else {"if_revision": 0})},
-            "record": {"key": item["record_key"],
-                       "value": {"host": target, "state": "running"}},
+            "claim": claimed,
+            "record": vm_records.complete(claimed, vm_records.RUNNING, target),
             "event": {"kind": "started", "vm": name, "host": target}})
     return {
         "wait_for": sorted(set(hosts) - set(without)),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import vm_records
 
 RESOURCES = ("vcpus", "memory_mb", "net_mbps")
 _EPSILON = 1e-9
@@ -139,19 +139,32 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
     return out
 
 
-def move_steps(move: dict[str, str], cluster: str) -> dict[str, Any]:
-    """What a live migration writes: its etcd claim, its record once moved, the record
-    that puts it back where it was when the move fails (each an element of etcd_key's
-    batch), and its history event."""
-    key = etcd_keys.vm_key(move["vm"], cluster=cluster)
-    migrating = {"host": move["from"], "state": "migrating", "to": move["to"]}
+def wave_steps(grouped: list[list[dict[str, str]]], vms: dict[str, dict[str, Any]],
+               cluster: str) -> list[list[dict[str, Any]]]:
+    """The waves' moves, each with what it writes (move_steps). `vms` are the VMs'
+    cluster_status entries by name: a VM's first move claims its record as read; a
+    later one (home after a temporary hop) the record its previous move wrote."""
+    last: dict[str, dict[str, Any]] = {}
+    out = []
+    for wave in grouped:
+        steps = [{**m, **move_steps(m, vms[m["vm"]], cluster, last.get(m["vm"]))}
+                 for m in wave]
+        last.update((step["vm"], step["record"]) for step in steps)
+        out.append(steps)
+    return out
+
+
+def move_steps(move: dict[str, str], vm: dict[str, Any], cluster: str,
+               after: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a live migration writes: its etcd claim (on the record of `vm`, the VM's
+    cluster_status entry, or on what `after`, an earlier move's record, wrote), its
+    record once moved, the record that puts it back where it was when the move fails
+    (each an element of etcd_key's batch), and its history event."""
+    claimed = vm_records.migrate(vm, move["from"], move["to"], cluster, after)
     return {"label": f"{move['vm']}: {move['from']} -> {move['to']}",
-            "claim": {"key": key, "value": migrating,
-                      "if_value": {"host": move["from"], "state": "running"}},
-            "record": {"key": key, "value": {"host": move["to"], "state": "running"},
-                       "if_value": migrating},
-            "stayed": {"key": key, "value": {"host": move["from"], "state": "running"},
-                       "if_value": migrating},
+            "claim": claimed,
+            "record": vm_records.complete(claimed, vm_records.RUNNING, move["to"]),
+            "stayed": vm_records.complete(claimed, vm_records.RUNNING, move["from"]),
             "event": {"vm": move["vm"], "host": move["to"],
                       "details": {"from": move["from"]}}}
 

@@ -39,12 +39,12 @@ import dataclasses
 import json
 from typing import Any
 
+from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import ACTIVE
+
 REQUESTED_STATES = ("started", "stopped", "disabled", "ignored")
 DEFAULT_REQUESTED = "started"
-# Record states that mean "this VM is meant to run on the recorded host".
 # What the reconciler's steps ask recover_vm.yml to do.
 STEP_ACTIONS = ("restart", "relocate", "stop", "fail", "confirm")
-ACTIVE = ("running", "starting", "migrating")
 SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
 
 

@@ -6,8 +6,9 @@ restart a VM in place, relocate it, stop it, or record it failed. Pure Python, n
 I/O; the playbook does each step with the modules.
 
 A VM is started only when all of this holds:
-- its record is still the one the reconciler decided on: the claim is a
-  compare-and-swap on it, so of two runs only one starts the VM;
+- its record is still the revision the reconciler decided on: the claim is a
+  compare-and-swap on that revision (module_utils/vm_records.py), so of two runs
+  only one starts the VM;
 - libvirt on the host it ran on, asked directly, says it runs there no more: the
   agent's word is not enough to start a second copy;
 - no client holds its disk but dead ones, on that host or on a fenced one: a QEMU
@@ -23,7 +24,7 @@ from __future__ import annotations
 from difflib import get_close_matches
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import ceph, etcd_keys, vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     ceph_addrs, images_of, preempt_step)
 from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
@@ -77,12 +78,11 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                                 f"{', '.join(STEP_ACTIONS)}")
         if name not in vms or name not in by_name:
             raise RecoveryError(f"{name}: not a VM of this inventory (yasco_vms) and etcd")
-        record = vms[name].get("record")
-        if record != step.get("record"):
+        vm, record = vms[name], vms[name].get("record") or {}
+        if vm_records.revision_of(vm) != step.get("revision"):
             out["stale"].append({"vm": name, "decided_on": step.get("record"),
-                                 "now": record})
+                                 "now": vm.get("record")})
             continue
-        key = etcd_keys.vm_key(name, cluster=cluster)
         event = {"vm": name, "host": step.get("to") or step.get("from"),
                  "details": {"action": action, "reason": step.get("reason", "")}}
         if action == "stop":
@@ -90,22 +90,20 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                 "vm": name,
                 "domains": [{"name": name, "uri": hosts[h]["uri"]}
                             for h in step.get("hosts", []) if h in hosts],
-                "record": {"key": key, "value": {"host": record.get("host"),
-                                                 "state": "stopped"}, "if_value": record}})
+                "record": vm_records.change(vm, vm_records.STOPPED, record.get("host"),
+                                            cluster)})
             out["events"].append({**event, "kind": "stopped"})
         elif action == "confirm":
-            out["confirm"].append({"vm": name, "record": {
-                "key": key, "if_value": record,
-                "value": {"host": record.get("host"), "state": "running"}}})
+            out["confirm"].append({"vm": name, "record": vm_records.change(
+                vm, vm_records.RUNNING, record.get("host"), cluster)})
             out["events"].append({**event, "kind": "confirmed"})
         elif action == "fail":
-            out["fail"].append({"vm": name, "record": {
-                "key": key, "if_value": record,
-                "value": {"host": record.get("host"), "state": "failed",
-                          "reason": step.get("reason", "")}}})
+            out["fail"].append({"vm": name, "record": vm_records.change(
+                vm, vm_records.FAILED, record.get("host"), cluster,
+                reason=step.get("reason", ""))})
             out["events"].append({**event, "kind": "failed"})
         else:
-            out["start"].append(_start(step, record, by_name[name], hosts, key, fenced))
+            out["start"].append(_start(step, vm, by_name[name], hosts, cluster, fenced))
             out["preempt"] += [preempt_step(p, vms.get(p, {}), hosts, cluster)
                                for p in step.get("preempt", [])
                                if vms.get(p, {}).get("running_on")]
@@ -115,11 +113,11 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
     return out
 
 
-def _start(step: dict[str, Any], record: dict[str, Any], item: dict[str, Any],
-           hosts: dict[str, Any], key: str, fenced: list[str]) -> dict[str, Any]:
+def _start(step: dict[str, Any], vm: dict[str, Any], item: dict[str, Any],
+           hosts: dict[str, Any], cluster: str, fenced: list[str]) -> dict[str, Any]:
     target, source = step["to"], step.get("from")
     uri = hosts.get(target, {}).get("uri") or item["uri"]
-    starting = {"host": target, "state": "starting", "from": source}
+    claimed = vm_records.claim(vm, vm_records.STARTING, target, cluster, **{"from": source})
     # The host it ran on, when alive: asked whether it still runs it, and its dead
     # clients' locks are the ones that may be broken.
     alive = source in hosts and hosts[source].get("alive")
@@ -132,12 +130,10 @@ def _start(step: dict[str, Any], record: dict[str, Any], item: dict[str, Any],
         # says runs it no more, and those on fenced hosts.
         "source_addresses": sorted(set(ceph_addrs(hosts[source]) if alive else [])
                                    | set(fenced)),
-        "claim": {"key": key, "value": starting, "if_value": record},
-        "record": {"key": key, "value": {"host": target, "state": "running"},
-                   "if_value": starting},
-        "failed_record": {"key": key, "if_value": starting,
-                          "value": {"host": target, "state": "down",
-                                    "reason": f"start on {target} failed"}},
+        "claim": claimed,
+        "record": vm_records.complete(claimed, vm_records.RUNNING, target),
+        "failed_record": vm_records.complete(claimed, vm_records.DOWN, target,
+                                             reason=f"start on {target} failed"),
         "event": {"kind": "restarted" if step["action"] == "restart" else "relocated",
                   "vm": item["name"], "host": target,
                   "details": {"from": source, "reason": step.get("reason", "")}},

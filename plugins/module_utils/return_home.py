@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
     ACTIVE, images_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, fits, hypervisors_of, loads, move_steps, plan_moves, sizes_of, waves)
+    RebalanceError, fits, hypervisors_of, loads, plan_moves, sizes_of, wave_steps, waves)
 
 
 class ReturnHomeError(Exception):
@@ -86,8 +86,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                 and name not in current and record.get("host") == host
                 and record.get("state") in ("down", "running")
                 and vm.get("requested") in (None, "started")):
-            autostart.append(_start(name, item["domain"], here["uri"], host, record,
-                                    cluster))
+            autostart.append(_start(vm, item["domain"], here["uri"], host, cluster))
             current[name] = host
 
     # Its HA VMs from their spare slots, and any VM a drain moved off it.
@@ -117,7 +116,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         "stale": stale,
         "unfence": unfence(host, fence, cluster, images),
         "autostart": autostart,
-        "waves": [[{**m, **move_steps(m, cluster)} for m in wave] for wave in grouped],
+        "waves": wave_steps(grouped, vms, cluster),
         "restart": restart,
         "waiting": waiting,
         "away": sorted(name for name, where in after.items()
@@ -160,12 +159,12 @@ def _recorded(vm: dict[str, Any], where: str) -> bool:
     return record.get("host") == where and record.get("state") == "running"
 
 
-def _start(name: str, domain: dict[str, Any], uri: str, host: str,
-           record: dict[str, Any], cluster: str) -> dict[str, Any]:
-    return {"vm": name, "host": host, "domain": {**domain, "uri": uri},
-            "record": {"key": etcd_keys.vm_key(name, cluster=cluster),
-                       "value": {"host": host, "state": "running"}, "if_value": record},
-            "event": {"vm": name, "host": host}}
+def _start(vm: dict[str, Any], domain: dict[str, Any], uri: str, host: str,
+           cluster: str) -> dict[str, Any]:
+    """Starting VM `vm` (its cluster_status entry) at home on `host`, and its record."""
+    return {"vm": vm["name"], "host": host, "domain": {**domain, "uri": uri},
+            "record": vm_records.change(vm, vm_records.RUNNING, host, cluster),
+            "event": {"vm": vm["name"], "host": host}}
 
 
 def unfence(host: str, fence: dict[str, Any] | None, cluster: str,
@@ -204,7 +203,7 @@ def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
         return (-by_name.get(vm["name"], {}).get("priority", 0), vm["name"])
 
     for vm in sorted(preempted, key=order):
-        name, record = vm["name"], vm["record"]
+        name = vm["name"]
         home = vdm["home"].get(name)
         target = hosts.get(home) or {}
         if name not in by_name or not target.get("alive") or target.get("maintenance"):
@@ -214,6 +213,6 @@ def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
         else:
             for r, amount in sizes.get(name, {}).items():
                 load[home][r] += amount
-            restart.append(_start(name, by_name[name]["domain"], target["uri"], home,
-                                  record, cluster))
+            restart.append(_start(vm, by_name[name]["domain"], target["uri"], home,
+                                  cluster))
     return restart, waiting

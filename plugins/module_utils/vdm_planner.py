@@ -703,7 +703,16 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
     repaired = vdm_solver.repair(problem, hint_home, hint_targets,
                                  time_limit - (time.perf_counter() - start), previous_home)
     if repaired.status == "plan":
-        return _state_of(problem, repaired), "repair"
+        state = _state_of(problem, repaired)
+        left = time_limit - (time.perf_counter() - start)
+        if left > 1 and _moves(state, previous_home) > _STABLE_SHARE * len(previous_home):
+            # A re-plan that moved many: the exact search, started from the repair's
+            # plan, keeps more VMs where they were (the repair's windows see too few
+            # hosts at once to swap them back).
+            state, method = _improved(problem, previous_home, left, state, preemptions,
+                                      from_plan=True)
+            return state, "repair" if method == "greedy" else method
+        return state, "repair"
     raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
                       f"the exact search did not settle it ({exact.reason}); "
                       f"{repaired.reason}; {_likeliest_fix(problem)}")
@@ -715,17 +724,21 @@ def _moves(state: _State, previous_home: dict[str, str]) -> int:
 
 
 def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float,
-              state: _State, preemptions: bool) -> tuple[_State, str]:
+              state: _State, preemptions: bool, from_plan: bool = False
+              ) -> tuple[_State, str]:
     """A greedy plan that moved many VMs on a re-plan, or whose preemptions are to be
     fewest: the exact search, started from it, looks for one that moves fewer VMs (and
     with `preemptions`, then stops fewer preemptible VMs, searching for up to
-    `time_limit`); the better of the two, and the search that found it."""
+    `time_limit`); the better of the two, and the search that found it ("greedy" for
+    the plan given). With `from_plan` the search starts from that plan itself, not
+    from a first plan of its own: for plans the exact search is slow to find."""
     if vdm_solver.supported(problem):
         return state, "greedy"
     hint_home, hint_targets = _hints(state)
     outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
                                hint_home=hint_home, hint_targets=hint_targets,
-                               preemptions=preemptions, hint_is_plan=preemptions)
+                               preemptions=preemptions,
+                               hint_is_plan=preemptions or from_plan)
     if outcome.status != "plan":
         return state, "greedy"
     solved = _state_of(problem, outcome)

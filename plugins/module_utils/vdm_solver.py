@@ -65,9 +65,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
 MAX_VARIABLES = 400_000
 # After the first plan of a re-plan, how long to look for one that moves fewer VMs.
 IMPROVE_SECONDS = 5.0
-# The repair's windows: how many hosts each frees, and how long each may search.
+# The repair's windows: how many hosts each frees, and how long each may search; and
+# how many windows in a row may bring no moved VM back before it stops trying.
 WINDOW_HOSTS = 4
 WINDOW_SECONDS = 5.0
+SETTLE_TRIES = 6
 _SCALE = 1000  # sizes with up to three decimals (vCPUs times a ratio) stay exact
 
 
@@ -108,11 +110,13 @@ class _Shape:
 class Window:
     """One step of the repair: the VMs at home on `hosts`, and the VMs without a home
     that may go there, are free; the rest of the plan (`home`, `targets`) is held
-    fixed, as load on each host and on each host under each failure set."""
+    fixed, as load on each host and on each host under each failure set. Its firm
+    VMs that had a home keep one, and with `keep_all` its preemptible VMs too."""
 
     hosts: frozenset[str]
     home: dict[str, str]
     targets: dict[str, dict[frozenset[str], str]]
+    keep_all: bool = False
 
     def free(self, problem: Problem) -> list[str]:
         return sorted(n for n, vm in problem.vms.items()
@@ -277,7 +281,7 @@ class _Model:
                 m.add(placed == len(self.vms_of[c]))
             else:  # a window's firm VMs with a home keep one; others may find one
                 m.add(placed <= len(self.vms_of[c]))
-                if not c.preemptible:
+                if not c.preemptible or self.window.keep_all:
                     m.add(placed >= sum(n in self.window.home for n in self.vms_of[c]))
         for h in self.hosts:
             here = [c for c in self.shapes if (c, h) in self.home]
@@ -613,6 +617,25 @@ def _window_hosts(problem: Problem, home: dict[str, str],
                                                             len(rest))))])
 
 
+def _settle_hosts(problem: Problem, home: dict[str, str], moved: list[str],
+                  previous_home: dict[str, str], rng: random.Random) -> frozenset[str]:
+    """Where to look for VMs to move back: the host a moved VM left and the one it is
+    on, the hosts other moved VMs left or went to, then hosts drawn at random, up to
+    WINDOW_HOSTS."""
+    name = rng.choice(moved)
+    window = {h for h in (previous_home[name], home[name]) if h in problem.hosts}
+    others = sorted({h for n in moved for h in (previous_home[n], home[n])
+                     if h in problem.hosts} - window)
+    window.update(rng.sample(others, min(len(others), max(0, WINDOW_HOSTS - len(window)))))
+    rest = sorted(set(problem.hosts) - window)
+    window.update(rng.sample(rest, min(len(rest), max(0, WINDOW_HOSTS - len(window)))))
+    return frozenset(window)
+
+
+def _moved(home: dict[str, str], previous_home: dict[str, str]) -> list[str]:
+    return sorted(n for n, h in previous_home.items() if n in home and home[n] != h)
+
+
 def repair(problem: Problem, home: dict[str, str],
            targets: dict[str, dict[frozenset[str], str]], time_limit: float,
            previous_home: dict[str, str] | None = None, seed: int = 0,
@@ -624,7 +647,12 @@ def repair(problem: Problem, home: dict[str, str],
     giving homes to as much memory of firm VMs as it can, then leaving VMs at
     `previous_home` where it can, then giving homes to preemptible VMs; firm VMs that
     had a home keep one. It stops when every VM has a home ("plan") or
-    the time is up ("unknown", with the VMs it placed); it proves nothing."""
+    the time is up ("unknown", with the VMs it placed); it proves nothing.
+
+    With `previous_home`, once every VM has a home it goes on to move VMs back where
+    they were, with windows drawn around the hosts moved VMs left and went to, in
+    which every VM keeps a home: until none is moved, SETTLE_TRIES windows in a row
+    bring none back, or the time is up."""
     start = time.perf_counter()
     if cp_model is None:
         return Outcome("unsupported", reason="the repair needs the Python library ortools")
@@ -635,10 +663,16 @@ def repair(problem: Problem, home: dict[str, str],
     def left() -> float:
         return time_limit - (time.perf_counter() - start)
 
-    steps = 0
-    while len(home) < len(problem.vms) and left() > 0.1:
+    steps, idle = 0, 0
+    moved = _moved(home, previous_home or {})
+    while left() > 0.1:
+        complete = len(home) == len(problem.vms)
+        if complete and (not moved or idle >= SETTLE_TRIES):
+            break
         steps += 1
-        window = Window(_window_hosts(problem, home, targets, rng), home, targets)
+        window = (Window(_settle_hosts(problem, home, moved, previous_home or {}, rng), home,
+                         targets, keep_all=True) if complete
+                  else Window(_window_hosts(problem, home, targets, rng), home, targets))
         model = _Model(problem, window)
         model.hint(home, targets)
         if previous_home:
@@ -649,10 +683,16 @@ def repair(problem: Problem, home: dict[str, str],
         solver.parameters.max_time_in_seconds = min(WINDOW_SECONDS, left())
         solver.parameters.random_seed = rng.randrange(1 << 16)
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            idle += complete
             continue
         placed, placed_targets = model.read(solver, home)
         free = {name for names in model.vms_of.values() for name in names}
-        home = {n: h for n, h in home.items() if n not in free} | placed
+        new_home = {n: h for n, h in home.items() if n not in free} | placed
+        now_moved = _moved(new_home, previous_home or {})
+        if complete and len(now_moved) >= len(moved):
+            idle += 1  # kept as it was: a window cut short may have found worse
+            continue
+        home, moved, idle = new_home, now_moved, 0
         targets = {n: t for n, t in targets.items() if n not in free} | placed_targets
     seconds = time.perf_counter() - start
     if len(home) == len(problem.vms):

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import json_or_none
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import ON_CRASH
 
 # The VM fields provisioning reads (the planner's fields are checked by vdm_model).
@@ -160,3 +161,41 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
     if problems:
         raise ProvisioningError(problems)
     return items
+
+
+def by_record(items: list[dict[str, Any]], kvs: list[dict[str, Any]], host: str,
+              cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[str, Any]:
+    """Host `host`'s provisioning items sorted by what etcd records of each VM (`kvs`:
+    etcd_key_info's read of the VM records):
+    - `new`: no record yet; each is claimed (`claims`: only where still no record is,
+      so of two concurrent runs one starts it), then started;
+    - `here`: the new ones and those recorded here running or starting (a run that
+      stopped before recording it), started (libvirt makes that a no-op where it runs)
+      and recorded running (`records`, each only if its record is still as read);
+    - `elsewhere`: recorded on another host, left alone (a rebalance moves them);
+    - `held`: recorded here stopped, down, failed, preempted or migrating: HA, an
+      operator's request or a live migration decides those, not provisioning."""
+    found = {kv["key"].rsplit("/", 1)[-1]: kv for kv in kvs or []}
+    out: dict[str, Any] = {"new": [], "here": [], "elsewhere": [], "held": [], "claims": [],
+                           "records": []}
+    recorded_here = []
+    for item in items:
+        kv = found.get(item["name"])
+        record = json_or_none(kv["value"]) if kv else None
+        vm = {"name": item["name"], "record": record if isinstance(record, dict) else None,
+              "record_revision": kv["mod_revision"] if kv else 0}
+        state = vm_records.state_of(vm)
+        if kv is None:
+            claimed = vm_records.claim(vm, vm_records.STARTING, host, cluster)
+            out["new"].append(item)
+            out["claims"].append(claimed)
+            out["records"].append(vm_records.complete(claimed, vm_records.RUNNING, host))
+        elif (vm["record"] or {}).get("host") != host:
+            out["elsewhere"].append(item["name"])
+        elif state in (vm_records.RUNNING, vm_records.STARTING):
+            recorded_here.append(item)
+            out["records"].append(vm_records.change(vm, vm_records.RUNNING, host, cluster))
+        else:
+            out["held"].append({"vm": item["name"], "state": state or "unreadable"})
+    out["here"] = out["new"] + recorded_here
+    return out

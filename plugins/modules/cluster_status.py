@@ -90,9 +90,10 @@ hypervisors:
   elements: dict
 vms:
   description: Per VM, C(name), C(kind), C(home), C(recorded_host), C(recorded_state),
-    C(record) (its whole etcd record, or null), C(running_on) (hosts where libvirt
-    runs it) and C(requested) (its requested state; null for a VM that is not HA
-    and was given none).
+    C(record) (its whole etcd record, or null), C(record_revision) (the record's
+    C(mod_revision), which a change to it compares; 0 when there is none),
+    C(running_on) (hosts where libvirt runs it) and C(requested) (its requested
+    state; null for a VM that is not HA and was given none).
   returned: success
   type: list
   elements: dict

@@ -955,6 +955,8 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
     rc, results = playbook("evacuate", ha["inventory"], "--tags", "fence")
     assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
     claimed = records(lab)
+    # Each claim names the revision of the record it replaced (module_utils/vm_records).
+    assert all(claimed[n].pop("claimed_at", 0) > 0 for n in ha_vms), claimed
     assert all(claimed[n] == {"host": targets[n], "state": "starting", "from": host}
                for n in ha_vms), claimed
     assert not any(running(lab).get(n) for n in ha_vms)

@@ -28,7 +28,8 @@ def status(alive=HOSTS, home=None, records=None) -> dict:
     records = records or {n: {"host": h, "state": "running"} for n, h in home.items()}
     return {"hypervisors": [{"name": h, "uri": URIS[h], "alive": h in alive,
                              "maintenance": False, "libvirt": "reachable"} for h in HOSTS],
-            "vms": [{"name": n, "record": records[n], "running_on": [h]}
+            "vms": [{"name": n, "record": records[n], "running_on": [h],
+                     "record_revision": 9}
                     for n, h in home.items()]}
 
 
@@ -43,7 +44,11 @@ def test_every_vm_leaves_the_ha_ones_for_their_planned_slot_after_the_preemption
     assert set(moves) == {"web", "plain", "spot"} and all(f == "hv1" for f, t in moves.values())
     assert all(len(wave) <= 2 for wave in done["waves"])
     web = next(m for wave in done["waves"] for m in wave if m["vm"] == "web")
-    assert web["claim"]["value"] == {"host": "hv1", "state": "migrating", "to": "hv2"}
+    assert web["claim"]["value"] == {"host": "hv1", "state": "migrating", "to": "hv2",
+                                     "claimed_at": 9}
+    # Only if its record is still the one read, and says it runs where it leaves.
+    assert web["claim"]["if_revision"] == 9
+    assert web["claim"]["if_value"] == {"host": "hv1", "state": "running"}
 
 
 def test_a_preemptible_vm_without_room_stops_and_a_plain_one_refuses_the_drain():

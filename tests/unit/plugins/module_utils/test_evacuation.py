@@ -43,9 +43,15 @@ def status(alive=("hv2", "hv3"), maintenance=(), records=None, running=None) -> 
                          "registered": {"address": f"10.0.0.{i}",
                                         "ceph_addrs": [f"10.1.0.{i}"]}}
                         for i, h in enumerate(("hv1", "hv2", "hv3"), start=1)],
-        "vms": [{"name": n, "record": records.get(n), "running_on": running.get(n, [])}
+        "vms": [{"name": n, "record": records.get(n), "running_on": running.get(n, []),
+                 "record_revision": revision(n) if records.get(n) else 0}
                 for n in VDM["home"]],
     }
+
+
+def revision(name: str) -> int:
+    """The mod_revision status() gives VM `name`'s record."""
+    return 40 + sorted(VDM["home"]).index(name)
 
 
 def test_a_failed_host_is_fenced_and_its_ha_vms_claimed_for_their_targets():
@@ -53,14 +59,17 @@ def test_a_failed_host_is_fenced_and_its_ha_vms_claimed_for_their_targets():
     assert done["failed"] == ["hv1"] and done["planned"]
     assert done["fence"] == [{"host": "hv1", "addresses": ["10.1.0.1"]}]
     assert done["images"] == ["yasco/db", "yasco/web"]
-    # Highest priority first, each claimed only if its record is still as read.
+    # Highest priority first, each claimed only if its record is still the revision read.
     assert [(s["vm"], s["from"], s["to"], s["uri"]) for s in done["start"]] == [
         ("db", "hv1", "hv3", URIS["hv3"]), ("web", "hv1", "hv2", URIS["hv2"])]
     claim = done["start"][0]["claim"]
     assert claim == {"key": "/yasco/c1/vms/db",
-                     "value": {"host": "hv3", "state": "starting", "from": "hv1"},
-                     "if_value": {"host": "hv1", "state": "running"}}
-    assert done["start"][0]["record"]["if_value"] == claim["value"]
+                     "value": {"host": "hv3", "state": "starting", "from": "hv1",
+                               "claimed_at": revision("db")},
+                     "if_revision": revision("db")}
+    # Its record once it runs compares the claim, which names the revision it replaced.
+    assert done["start"][0]["record"] == {"key": "/yasco/c1/vms/db", "if_value": claim["value"],
+                                          "value": {"host": "hv3", "state": "running"}}
     assert [(p["vm"], p["host"]) for p in done["preempt"]] == [("batch", "hv2")]
     assert [(d["vm"], d["record"]["value"]) for d in done["down"]] == [
         ("plain", {"host": "hv1", "state": "down"})]
@@ -73,6 +82,8 @@ def test_a_rerun_starts_what_an_earlier_run_claimed_and_reports_what_it_finished
                "batch": {"host": "hv2", "state": "preempted"}}
     done = plan(status(records=records, running={"db": ["hv3"]}), VDM, ITEMS)
     assert [(s["vm"], s["to"], s["claim"]) for s in done["start"]] == [("web", "hv2", None)]
+    # The earlier run's claim is ended only if it is still the revision read.
+    assert done["start"][0]["record"]["if_revision"] == revision("web")
     assert done["settled"] == ["db"]
     assert done["preempt"] == [] and done["down"] == []
 
@@ -105,7 +116,7 @@ def test_a_vm_whose_return_home_the_failure_cut_short_is_evacuated_unless_its_so
     nowhere = {**on_hv2, "web": []}
     done = plan(status(records=records, running=nowhere), VDM, ITEMS)
     web = next(s for s in done["start"] if s["vm"] == "web")
-    assert web["to"] == "hv2" and web["claim"]["if_value"] == migrating
+    assert web["to"] == "hv2" and web["claim"]["if_revision"] == revision("web")
     assert "yasco/web" in done["images"]  # its lock broken, unless a live client holds it
 
 

@@ -33,7 +33,8 @@ def status(running=None, records=None, hosts=None):
                              "maintenance": False, "boot_id": "b2", "fence": None,
                              **hosts.get(h, {})} for h in HOSTS],
             "vms": [{"name": n, "kind": VDM["vms"][n]["kind"], "record": records.get(n),
-                     "running_on": [running[n]] if n in running else []}
+                     "running_on": [running[n]] if n in running else [],
+                     "record_revision": 30 if records.get(n) else 0}
                     for n in VDM["home"]]}
 
 
@@ -86,7 +87,7 @@ def test_a_cold_start_starts_every_vm_at_home_highest_tier_first_claiming_it_fir
     assert [[v["vm"] for v in t["vms"]] for t in plan["tiers"]] == [
         ["db"], ["web"], ["app"], ["spot"]]
     db = plan["tiers"][0]["vms"][0]
-    assert db["claim"]["if_value"] == {"host": "hv1", "state": "stopped", "by": EMERGENCY}
+    assert db["claim"]["if_revision"] == 30  # its record as read: stopped by the shutdown
     assert db["claim"]["value"]["state"] == "starting"
     assert db["record"]["value"] == {"host": "hv1", "state": "running"}
     assert db["domain"]["uri"] == URIS["hv1"] and plan["images"][0] == "yasco/app"

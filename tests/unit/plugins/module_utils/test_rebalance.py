@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, plan_moves, waves)
+    RebalanceError, plan_moves, wave_steps, waves)
 
 
 def vdm(home, sizes, capacity):
@@ -45,6 +45,28 @@ def test_two_full_hosts_swap_through_a_temporary_hop():
     where, peak = replay({"a": "hv1", "b": "hv2"}, plan)
     assert where == {"a": "hv2", "b": "hv1"}
     assert all(peak[h] <= 4 for h in peak)
+
+
+def test_a_vm_that_hops_claims_its_record_as_read_then_as_its_hop_left_it():
+    """Each claim must be one etcd will grant when its wave runs: the first on the
+    revision read, the next on what the hop's own record wrote (a second claim on the
+    revision read would fail, the hop having changed it)."""
+    current = {"a": "hv1", "b": "hv2"}
+    plan = vdm({"a": "hv2", "b": "hv1"}, {"a": 4, "b": 4}, {"hv1": 4, "hv2": 4, "hv3": 4})
+    grouped = waves(plan_moves(current, plan), current, plan, 2)
+    entries = {n: {"name": n, "record": {"host": h, "state": "running"},
+                   "record_revision": 10 + i} for i, (n, h) in enumerate(current.items())}
+    steps = [step for wave in wave_steps(grouped, entries, "c1") for step in wave]
+    hopped = [step for step in steps if step["vm"] == steps[0]["vm"]]
+    assert len(hopped) == 2 and hopped[0]["to"] == "hv3" == hopped[1]["from"]
+    first, then = hopped[0]["claim"], hopped[1]["claim"]
+    assert first["if_revision"] == entries[steps[0]["vm"]]["record_revision"]
+    assert "if_revision" not in then and then["if_value"] == hopped[0]["record"]["value"] == {
+        "host": "hv3", "state": "running"}
+    assert then["value"] == {"host": "hv3", "state": "migrating", "to": hopped[1]["to"]}
+    others = [step for step in steps if step["vm"] != steps[0]["vm"]]
+    assert [step["claim"]["if_revision"] for step in others] == [
+        entries[others[0]["vm"]]["record_revision"]]
 
 
 def test_a_swap_with_no_room_anywhere_is_refused_naming_the_vms():

@@ -1,5 +1,5 @@
 """How recover_vm.yml carries out the reconciler's steps (module_utils/recovery.py):
-a step decided on a record that changed is left alone, a VM still running where it
+a step decided on a record's revision that changed is left alone, a VM still running where it
 was is not started, only the dead QEMU's own client is fenced, a lock held from
 another host keeps the VM down. Carried out on the lab by tests/lab/test_ha.py."""
 
@@ -9,14 +9,15 @@ import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils import recovery
 
-from .test_evacuation import ITEMS, URIS, VDM, status
+from .test_evacuation import ITEMS, URIS, VDM, revision, status
 
 RUNNING = {"host": "hv1", "state": "running"}
 
 
-def restart(vm="web", record=None):
+def restart(vm="web", record=None, rev=None):
     return {"action": "restart", "vm": vm, "from": "hv1", "to": "hv1", "hosts": [],
-            "preempt": [], "record": record or RUNNING, "revision": 3,
+            "preempt": [], "record": record or RUNNING,
+            "revision": revision(vm) if rev is None else rev,
             "reason": "not running on hv1"}
 
 
@@ -27,8 +28,9 @@ def alive_status():
 def test_a_restart_claims_the_record_it_was_decided_on_and_starts_where_it_died():
     done = recovery.plan([restart()], alive_status(), ITEMS, "c1")
     (start,) = done["start"]
-    assert start["claim"] == {"key": "/yasco/c1/vms/web", "if_value": RUNNING,
-                              "value": {"host": "hv1", "state": "starting", "from": "hv1"}}
+    assert start["claim"] == {"key": "/yasco/c1/vms/web", "if_revision": revision("web"),
+                              "value": {"host": "hv1", "state": "starting", "from": "hv1",
+                                        "claimed_at": revision("web")}}
     assert start["domain"]["uri"] == URIS["hv1"] and start["images"] == ["yasco/web"]
     assert start["source_addresses"] == ["10.1.0.1"]
     assert done["sources"] == [{"name": "web", "uri": URIS["hv1"]}]
@@ -36,8 +38,11 @@ def test_a_restart_claims_the_record_it_was_decided_on_and_starts_where_it_died(
 
 
 def test_a_step_on_a_record_that_changed_since_is_left_alone():
-    done = recovery.plan([restart(record={"host": "hv1", "state": "down"})], alive_status(),
-                         ITEMS)
+    done = recovery.plan([restart(record={"host": "hv1", "state": "down"}, rev=3)],
+                         alive_status(), ITEMS)
+    assert done["start"] == [] and [s["vm"] for s in done["stale"]] == ["web"]
+    # Changed and back to the same value (migrated away and back): a new revision.
+    done = recovery.plan([restart(rev=revision("web") - 1)], alive_status(), ITEMS)
     assert done["start"] == [] and [s["vm"] for s in done["stale"]] == ["web"]
 
 
@@ -86,9 +91,9 @@ def test_the_outcome_records_what_started_and_what_did_not_with_why():
 
 def test_stop_and_fail_steps_record_their_state():
     steps = [{"action": "stop", "vm": "web", "from": "hv1", "to": None, "hosts": ["hv1"],
-              "record": RUNNING, "reason": "requested stopped"},
+              "record": RUNNING, "revision": revision("web"), "reason": "requested stopped"},
              {"action": "fail", "vm": "db", "from": "hv1", "to": None, "hosts": [],
-              "record": RUNNING, "reason": "no room"}]
+              "record": RUNNING, "revision": revision("db"), "reason": "no room"}]
     done = recovery.plan(steps, alive_status(), ITEMS)
     assert done["stop"][0]["domains"] == [{"name": "web", "uri": URIS["hv1"]}]
     assert done["stop"][0]["record"]["value"]["state"] == "stopped"
@@ -99,11 +104,12 @@ def test_stop_and_fail_steps_record_their_state():
 def test_a_confirm_step_records_running_what_runs_where_its_start_was_claimed():
     starting = {"host": "hv2", "state": "starting", "from": "hv1"}
     step = {"action": "confirm", "vm": "web", "from": "hv2", "to": None, "hosts": ["hv2"],
-            "record": starting, "reason": "runs on hv2, where its start was claimed"}
+            "record": starting, "revision": revision("web"),
+            "reason": "runs on hv2, where its start was claimed"}
     done = recovery.plan([step], status(alive=("hv1", "hv2", "hv3"), records={
         "web": starting, "db": RUNNING}, running={"web": ["hv2"]}), ITEMS, "c1")
     assert done["confirm"] == [{"vm": "web", "record": {
-        "key": "/yasco/c1/vms/web", "if_value": starting,
+        "key": "/yasco/c1/vms/web", "if_revision": revision("web"),
         "value": {"host": "hv2", "state": "running"}}}]
     assert done["start"] == [] and [e["kind"] for e in done["events"]] == ["confirmed"]
 

@@ -59,8 +59,14 @@ def status(vms=None, fence="fenced", alive=HOSTS, maintenance=(), libvirt="reach
                          "libvirt": libvirt if h == "hv1" else "reachable",
                          "fence": fence if h == "hv1" else None,
                          "registered": {"boot_id": boot}, "boot_id": boot} for h in HOSTS],
-        "vms": [{"name": n, "record": r, "running_on": on} for n, (r, on) in vms.items()],
+        "vms": [{"name": n, "record": r, "running_on": on,
+                 "record_revision": revision(n) if r else 0} for n, (r, on) in vms.items()],
     }
+
+
+def revision(name: str) -> int:
+    """The mod_revision status() gives VM `name`'s record: one of its own."""
+    return 50 + len(name)
 
 
 def test_a_returning_host_is_unfenced_gets_its_vms_back_and_the_preempted_restart():
@@ -75,12 +81,15 @@ def test_a_returning_host_is_unfenced_gets_its_vms_back_and_the_preempted_restar
     assert [(s["vm"], s["host"]) for s in done["autostart"]] == [("plain", "hv1")]
     assert done["autostart"][0]["record"] == {
         "key": "/yasco/c1/vms/plain", "value": {"host": "hv1", "state": "running"},
-        "if_value": {"host": "hv1", "state": "down"}}
+        "if_revision": revision("plain")}
     assert done["autostart"][0]["domain"]["uri"] == URIS["hv1"]
     moves = sorted((m["vm"], m["from"], m["to"]) for wave in done["waves"] for m in wave)
     assert moves == [("db", "hv3", "hv1"), ("web", "hv2", "hv1")]
     web = next(m for wave in done["waves"] for m in wave if m["vm"] == "web")
     assert web["claim"]["if_value"] == {"host": "hv2", "state": "running"}
+    assert web["claim"]["if_revision"] == revision("web")
+    assert web["record"] == {"key": "/yasco/c1/vms/web", "if_value": web["claim"]["value"],
+                             "value": {"host": "hv1", "state": "running"}}
     assert web["stayed"]["value"] == {"host": "hv2", "state": "running"}
     # batch (2 vCPUs, 1 GiB) fits hv2 once web has left it.
     assert [(r["vm"], r["host"]) for r in done["restart"]] == [("batch", "hv2")]
@@ -162,8 +171,8 @@ def test_a_plain_vm_still_recorded_running_but_running_nowhere_starts_at_home():
     at_home = {n: ({"host": h, "state": "running"}, [h]) for n, h in VDM["home"].items()}
     gone = {**at_home, "plain": ({"host": "hv1", "state": "running"}, [])}
     done = plan(status(gone, fence=None), VDM, ITEMS, "hv1", "c1")
-    assert [(s["vm"], s["record"]["if_value"]) for s in done["autostart"]] == [
-        ("plain", {"host": "hv1", "state": "running"})]
+    assert [(s["vm"], s["record"]["if_revision"]) for s in done["autostart"]] == [
+        ("plain", revision("plain"))]
     asked_off = status(gone, fence=None)
     next(v for v in asked_off["vms"] if v["name"] == "plain")["requested"] = "stopped"
     assert plan(asked_off, VDM, ITEMS, "hv1")["autostart"] == []
@@ -196,8 +205,8 @@ def test_a_preemptible_vm_that_went_down_with_its_home_restarts_there_once_there
     done = plan(status({**AFTER_EVACUATION, "scratch": (down, [])}), vdm, items, "hv1", "c1")
     # Not with the plain VMs that start at once: after the HA VMs are home, with room.
     assert "scratch" not in [s["vm"] for s in done["autostart"]]
-    assert [(r["vm"], r["host"], r["record"]["if_value"]) for r in done["restart"]] == [
-        ("batch", "hv2", {"host": "hv2", "state": "preempted"}), ("scratch", "hv1", down)]
+    assert [(r["vm"], r["host"], r["record"]["if_revision"]) for r in done["restart"]] == [
+        ("batch", "hv2", revision("batch")), ("scratch", "hv1", revision("scratch"))]
     # One homed elsewhere and down is not this return's to start.
     elsewhere = {**vdm, "home": {**vdm["home"], "scratch": "hv3"}}
     done = plan(status({**AFTER_EVACUATION, "scratch": (down, [])}), elsewhere, items,

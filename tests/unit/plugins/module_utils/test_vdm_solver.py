@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils import vdm_solver
+from ansible_collections.yasco.cluster.plugins.module_utils import vdm_planner, vdm_solver
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import failure_set_key, load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planted import overloaded, planted
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
     VdmInfeasible, VdmNotFound, _plan_of, _state_of, plan)
@@ -96,6 +96,31 @@ def _five_hosts(x: int, vms: dict) -> object:
 def _vm(hosts: list[str], labels: list[str], ha: bool = True) -> dict:
     return {"vcpus": 1, "memory_mb": 1024, "ha": ha, "home": hosts[0], "hosts": hosts,
             "anti_affinity": labels}
+
+
+def test_on_a_replan_the_repair_moves_vms_back_where_they_were_and_loses_none():
+    """A complete plan whose homes differ from a previous map that still fits (the
+    planted one): the repair moves VMs back, window by window, every VM keeping a
+    home, and its plan passes the checker. (Windows of a few hosts cannot make every
+    swap: the planner hands such a plan to the exact search where it can.)"""
+    for seed in range(4):
+        instance = planted(seed, 6, fill=0.9, scale=SMALL)
+        problem = problem_of(instance)
+        fresh = plan(problem)
+        previous = instance.vdm["home"]
+        before = sum(fresh.home[n] != h for n, h in previous.items())
+        assert before > 0
+        keys = {failure_set_key(failed): failed for failed in problem.failure_sets}
+        targets: dict = {}
+        for key, chosen in fresh.failover.items():
+            for name, target in chosen.items():
+                targets.setdefault(name, {})[keys[key]] = target
+        repaired = vdm_solver.repair(problem, fresh.home, targets, 20,
+                                     previous_home=previous, seed=seed, workers=1)
+        assert repaired.status == "plan" and set(repaired.home) == set(problem.vms)
+        after = sum(repaired.home[n] != h for n, h in previous.items())
+        assert after < before, (seed, before, after)
+        assert check(problem, as_vdm(_plan_of(_state_of(problem, repaired), problem))) == []
 
 
 def test_the_repair_keeps_anti_affinity_with_the_vms_it_holds_fixed():
@@ -329,3 +354,25 @@ def test_the_planner_answers_infeasible_exactly_when_no_map_exists(cluster):
         assert not exists, "called infeasible, but a map exists"
         return
     assert exists and check(problem, as_vdm(result)) == []
+
+
+def test_a_replan_the_repair_found_is_handed_to_the_exact_search_for_fewer_moves(monkeypatch):
+    """The exact search gives up at once (its share of the time is nothing), the
+    greedy search fails: the repair plans the re-plan, then the exact search, started
+    from the repair's plan, keeps VMs where they were."""
+    monkeypatch.setattr(vdm_planner, "_EXACT_SHARE", 1e-9)
+    for seed in SEEDS:
+        instance = planted(seed, 6, fill=0.98, scale=SMALL)
+        problem = problem_of(instance)
+        try:
+            plan(problem, previous_home=instance.vdm["home"], exact=False)
+            continue  # the greedy search planned it
+        except VdmInfeasible:
+            pass
+        result = plan(problem, previous_home=instance.vdm["home"], time_limit=30)
+        assert result.method in ("repair", "exact"), result.method
+        assert check(problem, as_vdm(result)) == []
+        assert len(result.moved) <= 0.05 * len(problem.vms), (seed, result.moved)
+        break
+    else:
+        pytest.fail("the greedy search planned every re-plan: no repair was needed")

@@ -1,13 +1,16 @@
 """What provisioning asks libvirt for, from the inventory's VM fields: here, what a
 guest's crash or hang does (on_crash, watchdog), and the error that names the VM and
-the allowed values when a field is wrong."""
+the allowed values when a field is wrong; and which VMs a run starts and records, by
+what etcd records of each."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
-    ProvisioningError, provisioning_items)
+    ProvisioningError, by_record, provisioning_items)
 
 CLUSTER = {"pool": "yasco", "monitors": ["10.0.0.2:6789"], "ceph_user": "hypervisor",
            "secret_uuid": "5b3f0a6e-7a1c-4e0b-9d53-1f2ad0c0ffee", "virt_type": "qemu"}
@@ -35,3 +38,28 @@ def test_a_wrong_crash_or_watchdog_field_names_the_vm_and_what_it_may_be(fields,
     with pytest.raises(ProvisioningError) as raised:
         domains(web=fields)
     assert raised.value.problems == [message]
+
+
+def test_a_run_starts_new_vms_and_those_recorded_running_here_and_holds_the_rest():
+    items = [{"name": n} for n in ("new", "web", "half", "moved", "off", "spot", "gone")]
+    records = {"web": ("hv1", "running"), "half": ("hv1", "starting"),
+               "moved": ("hv2", "running"), "off": ("hv1", "stopped"),
+               "spot": ("hv1", "preempted"), "gone": ("hv1", "failed")}
+    kvs = [{"key": f"/yasco/c1/vms/{name}", "mod_revision": 100 + i,
+            "value": json.dumps({"host": host, "state": state})}
+           for i, (name, (host, state)) in enumerate(records.items())]
+    done = by_record(items, kvs, "hv1", "c1")
+    assert [i["name"] for i in done["new"]] == ["new"]
+    assert [i["name"] for i in done["here"]] == ["new", "web", "half"]
+    assert done["elsewhere"] == ["moved"]
+    assert done["held"] == [{"vm": "off", "state": "stopped"},
+                            {"vm": "spot", "state": "preempted"},
+                            {"vm": "gone", "state": "failed"}]
+    # A new VM is claimed only where no record is; each record written only if it is
+    # still the revision read.
+    assert done["claims"] == [{"key": "/yasco/c1/vms/new", "if_revision": 0, "value": {
+        "host": "hv1", "state": "starting", "claimed_at": 0}}]
+    assert [(r["key"], r.get("if_revision"), r.get("if_value")) for r in done["records"]] == [
+        ("/yasco/c1/vms/new", None, done["claims"][0]["value"]),
+        ("/yasco/c1/vms/web", 100, None), ("/yasco/c1/vms/half", 101, None)]
+    assert {r["value"]["state"] for r in done["records"]} == {"running"}
