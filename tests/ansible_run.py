@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,17 +30,50 @@ def run_playbook(playbook: Path | str | list, inventory: str = "localhost,",
     command = [str(BIN / "ansible-playbook"), "-i", inventory, str(playbook), *args]
     if extra_vars:
         command += ["-e", json.dumps(extra_vars)]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    output = done.stdout + done.stderr
+    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as run:
+        try:
+            stdout, stderr = run.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # What it was still doing: the hung task's own processes (an SSH command,
+            # a module) name it; the JSON report comes only at the end.
+            hung = _descendants(run.pid)
+            for pid, dummy in hung:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            run.communicate()
+            raise AssertionError(
+                f"{Path(playbook).name} did not end within {timeout} s; its processes "
+                "then:\n" + "\n".join(line[:2000] for pid, line in hung[1:])) from None
+    output = stdout + stderr
     assert "Traceback" not in output, output
-    report = json.loads(done.stdout)
+    report = json.loads(stdout)
     results = []
     for play in report["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
                 results.append({**result, "_host": host})
-    return done.returncode, results
+    return run.returncode, results
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """Process `root` and all its descendants (ansible's workers start sessions of
+    their own), each with its elapsed seconds and command line."""
+    listing = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,etimes=,args="],
+                             capture_output=True, text=True, check=False).stdout
+    rows = [line.split(None, 3) for line in listing.splitlines()]
+    children: dict[int, list[tuple[int, str]]] = {}
+    for row in rows:
+        if len(row) == 4:
+            children.setdefault(int(row[1]), []).append((int(row[0]), f"{row[2]:>6} s  {row[3]}"))
+    out, todo = [], [(root, "")]
+    while todo:
+        pid, line = todo.pop()
+        out.append((pid, line))
+        todo += children.get(pid, [])
+    return out
 
 
 def local_play(*tasks: dict, check: bool = False, **play) -> list[dict]:

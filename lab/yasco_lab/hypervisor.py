@@ -193,6 +193,10 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
 # the test run, can outlast 5 - 1.5 s and make a healthy agent self-fence.
 AGENT_TTL = 8.0
 AGENT_MARGIN = 1.5
+# How long a graceful stop may take before SIGKILL, as the role's TimeoutStopSec gives
+# it: the HA guests' shutdown (3 s here), 20 s, and with shutdown_policy migrate the
+# migrations' wait (the lab's tests set up to 150 s).
+AGENT_STOP_TIMEOUT = 200
 
 
 def agent_config_path(host: HostLayout) -> Path:
@@ -214,11 +218,17 @@ def agent_service_commands(host: HostLayout) -> dict[str, str]:
     SSH), as `systemctl start|stop yasco-agent` does on a real one: the lab has no
     systemd. A stop is graceful (SIGTERM): the agent marks maintenance first."""
     command = _agent_command(host)
-    return {"start": f"setsid -f {shlex.join(command)} >> {agent_log_path(host)} 2>&1 "
-                     "< /dev/null",
-            "stop": f"pkill -TERM -f -x {shlex.quote(shlex.join(command[2:]))}; "
-                    f"while pgrep -f -x {shlex.quote(shlex.join(command[2:]))} >/dev/null; "
-                    "do sleep 0.2; done"}
+    agent = shlex.quote(shlex.join(command[2:]))
+    log = shlex.quote(str(agent_log_path(host)))
+    return {"start": f"setsid -f {shlex.join(command)} >> {log} 2>&1 < /dev/null",
+            # Then SIGKILL once systemd's TimeoutStopSec would be over, and say so.
+            "stop": f"pkill -TERM -f -x {agent}; t=0; "
+                    f"while pgrep -f -x {agent} >/dev/null; do "
+                    f"if [ $t -ge {AGENT_STOP_TIMEOUT * 5} ]; then "
+                    f"echo 'yasco-agent did not stop within {AGENT_STOP_TIMEOUT} s: killed;"
+                    f" its log ends:' >&2; tail -n 30 {log} >&2; "
+                    f"pkill -KILL -f -x {agent}; exit 1; fi; "
+                    "t=$((t + 1)); sleep 0.2; done"}
 
 
 def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
