@@ -49,7 +49,7 @@ _BRANCHES = 3  # runners-up tried at each link of a chain before giving up
 _EVICTION_HOMES = 4  # hosts on which a VM that fits nowhere tries to make room
 _EVICTION_TRIALS = 4  # single VMs tried for eviction on each of them
 # A re-plan that moves more than this share of the VMs asks the exact search for fewer.
-_STABLE_SHARE = 0.05
+_STABLE_SHARE = vdm_solver.STABLE_SHARE
 # Where the greedy search fails, the share of the time limit in which the exact search
 # must find a first plan before the repair takes over.
 _EXACT_SHARE = 0.25

@@ -63,8 +63,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
 
 # The largest model (shape, host and failure-set variables) built within a minute.
 MAX_VARIABLES = 400_000
-# After the first plan of a re-plan, how long to look for one that moves fewer VMs.
+# After the first plan of a re-plan, how long to look for one that moves fewer VMs;
+# and the share of the VMs a re-plan may move before it searches on, for the time it
+# has left, until it moves no more.
 IMPROVE_SECONDS = 5.0
+STABLE_SHARE = 0.05
 # The repair's windows: how many hosts each frees, and how long each may search; and
 # how many windows in a row may bring no moved VM back before it stops trying.
 WINDOW_HOSTS = 4
@@ -420,6 +423,11 @@ class _Model:
                         + [self.need[c][r] for c in keep]) <= self.cap[t][r])
         return (cp_model.LinearExpr.sum(stopped) - cp_model.LinearExpr.sum(kept)), most
 
+    def values(self, solver) -> dict[int, int]:
+        """The solver's plan as improve() takes it: each variable's value by index."""
+        variables = [*self.home.values(), *(v for go in self.go.values() for v in go.values())]
+        return {v.index: solver.value(v) if solver else 0 for v in variables}
+
     def improve(self, value, preemptions: bool) -> None:
         """From a plan (`value` gives each variable's value in it: a solver's, or the
         hint's), look for one that moves the fewest VMs, then among those (with
@@ -561,28 +569,38 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
         model.improve(lambda v: hinted.get(v.index, 0), preemptions)
         solver.parameters.max_time_in_seconds = left() if preemptions else min(
             IMPROVE_SECONDS, left())
-        if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return Outcome("unknown", reason="no better plan found in "
-                           f"{solver.parameters.max_time_in_seconds:g} s",
+        tried = solver.parameters.max_time_in_seconds
+        last = solver.solve(model.model)
+        found, values = None, {v: hinted.get(v, 0) for v in model.values(None)}
+        if last in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            found, values = model.read(solver, previous_home), model.values(solver)
+        found = _kept_more(model, solver, found, values, last == cp_model.OPTIMAL,
+                           previous_home, preemptions, left)
+        if found is None:
+            return Outcome("unknown", reason=f"no better plan found in {tried:g} s",
                            seconds=time.perf_counter() - start)
-        home, targets = model.read(solver, previous_home)
-        return Outcome("plan", home, targets, seconds=time.perf_counter() - start)
+        return Outcome("plan", *found, seconds=time.perf_counter() - start)
     # First any plan (CP-SAT stops at the first), then from there a better one.
     solver.parameters.max_time_in_seconds = min(left(), find_within or time_limit)
     status = solver.solve(model.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and "memory_mb" in model.resources:
         first = model.read(solver, previous_home)
+        values = model.values(solver)
         took = time.perf_counter() - start
         model.improve(solver.value, preemptions)
         improve = (left() if preemptions else IMPROVE_SECONDS if model.stay
                    else min(IMPROVE_SECONDS, max(1.0, took)))
         solver.parameters.max_time_in_seconds = min(improve, left())
-        if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return Outcome("plan", *first, seconds=time.perf_counter() - start)
-    seconds = time.perf_counter() - start
+        last = solver.solve(model.model)
+        if last in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            first, values = model.read(solver, previous_home), model.values(solver)
+        home, targets = _kept_more(model, solver, first, values, last == cp_model.OPTIMAL,
+                                   previous_home, preemptions, left)
+        return Outcome("plan", home, targets, seconds=time.perf_counter() - start)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         home, targets = model.read(solver, previous_home)
-        return Outcome("plan", home, targets, seconds=seconds)
+        return Outcome("plan", home, targets, seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
     if status == cp_model.INFEASIBLE and model.exact:
         return Outcome("infeasible", reason="an exhaustive search (CP-SAT) proved that no "
                        "plan holds every invariant", seconds=seconds)
@@ -591,6 +609,43 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
                        "the exact sizes may still have one", seconds=seconds)
     return Outcome("unknown", reason="no plan found in "
                    f"{solver.parameters.max_time_in_seconds:g} s", seconds=seconds)
+
+
+def _kept_more(model: _Model, solver, found: tuple[dict, dict] | None, values: dict[int, int],
+               optimal: bool, previous_home: dict[str, str], preemptions: bool,
+               left) -> tuple[dict, dict]:
+    """The plan `found` (whose variables have `values`; None for the hint given, whose
+    plan the caller has); but on a re-plan that still
+    moves more than STABLE_SHARE of the VMs, unless it was proved to move fewest, the
+    search goes on from it for the time `left()` gives, until it finds one that moves
+    no more than that: the few seconds of the first improvement are often too few for
+    a cluster that tolerates two failures, and VMs moved for nothing cost live
+    migrations."""
+    total = sum(count for dummy, dummy, count in model.stay)
+    enough = total - int(STABLE_SHARE * total)
+    if (preemptions or optimal or not total or left() < 1
+            or sum(min(values[home.index], count)
+                   for dummy, home, count in model.stay) >= enough):
+        return found
+    model.improve(lambda v: values[v.index], preemptions)
+    solver.parameters.max_time_in_seconds = left()
+    if solver.solve(model.model, _StopWhenKept(model, enough)) not in (
+            cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return found
+    return model.read(solver, previous_home)
+
+
+class _StopWhenKept(cp_model.CpSolverSolutionCallback if cp_model else object):
+    """Stops the search at the first plan that keeps `enough` VMs where they were."""
+
+    def __init__(self, model: _Model, enough: int) -> None:
+        super().__init__()
+        self.stays = [stay for stay, dummy, dummy in model.stay]
+        self.enough = enough
+
+    def on_solution_callback(self) -> None:
+        if sum(self.value(stay) for stay in self.stays) >= self.enough:
+            self.stop_search()
 
 
 def _window_hosts(problem: Problem, home: dict[str, str],
