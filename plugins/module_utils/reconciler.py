@@ -39,7 +39,8 @@ import dataclasses
 import json
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import (
+    ACTIVE, FAILED, MIGRATING, RUNNING, STARTING)
 
 REQUESTED_STATES = ("started", "stopped", "disabled", "ignored")
 DEFAULT_REQUESTED = "started"
@@ -297,7 +298,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             memory.returning.discard(vm)
             memory.down_since.pop(vm, None)
             memory.stranded_since.pop(vm, None)
-            if state == "starting" and running == [host]:
+            if state == STARTING and running == [host]:
                 # Started where it was claimed, but the run that started it died (or
                 # lost etcd) before recording it: recorded running once that run is
                 # surely over, as an unfinished start is given up.
@@ -313,10 +314,10 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                                f"after {policy.start_timeout:g} s"))
                 continue
             memory.starting_since.pop(vm, None)
-            if state == "failed" or (state != "migrating" and host not in running):
+            if state == FAILED or (state != MIGRATING and host not in running):
                 standing[vm] = f"runs on {', '.join(running)}; its record says {state} on {host}"
             continue
-        if state == "migrating":
+        if state == MIGRATING:
             standing[vm] = "a live migration owns it"
             continue
         if state in ACTIVE and host not in observed["hosts"]:
@@ -335,14 +336,14 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             continue
         memory.stranded_since.pop(vm, None)
         reason = None
-        if state == "running":
+        if state == RUNNING:
             since = memory.down_since.setdefault(vm, now)
             if now < since + policy.grace:
                 wake.append(since + policy.grace)
                 continue
             reason = (f"shut down by {host}'s agent as it went down" if shut_down
                       else f"not running on {host}, which is alive")
-        elif state == "starting":
+        elif state == STARTING:
             first = memory.starting_since.get(vm)
             if first is None or first[0] != revision:
                 first = memory.starting_since[vm] = (revision, now)
@@ -350,7 +351,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 wake.append(first[1] + policy.start_timeout)
                 continue
             reason = f"its start on {host} did not finish within {policy.start_timeout:g} s"
-        elif state == "failed":
+        elif state == FAILED:
             when, hosts_then = memory.failed.get(vm, (now, frozenset(usable)))
             memory.failed[vm] = (when, hosts_then)
             if frozenset(usable) <= hosts_then and now < when + policy.retry_after:
@@ -397,7 +398,7 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
              if when > now - policy.window]
     restarts = sum(1 for h, kind in tried if kind == "restart")
     relocations = sum(1 for h, kind in tried if kind == "relocate")
-    if (record.get("state") == "running" and host in usable and restarts < policy.max_restart
+    if (record.get("state") == RUNNING and host in usable and restarts < policy.max_restart
             and host in free):
         return _step("restart", vm, record, revision, host=host, to=host,
                      reason=f"{reason}: restarted in place " + (
@@ -411,7 +412,7 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
     # A host it failed on is not tried again within the window; neither is the one
     # it just died on, unless it was only ever down (a failure beyond the plan).
     exclude = {h for h, dummy in tried}
-    if record.get("state") in ("running", "starting"):
+    if record.get("state") in (RUNNING, STARTING):
         exclude.add(host)
     mine = set(entry.get("anti_affinity", []))
     for target in candidates(vm, entry, usable, free):
@@ -423,7 +424,7 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
         return _step("relocate", vm, record, revision, host=host, to=target, preempt=preempt,
                      reason=f"{reason}: started on {target}" + (
                          f" (relocation {relocations + 1} of {policy.max_relocate})"
-                         if record.get("state") in ("running", "starting") else ""))
+                         if record.get("state") in (RUNNING, STARTING) else ""))
     return _step("fail", vm, record, revision, host=host,
                  reason=f"{reason}; no usable host it is allowed on has room"
                         + (f" (tried {', '.join(sorted(exclude))})" if exclude - {None} else ""))
