@@ -423,10 +423,13 @@ class _Model:
                         + [self.need[c][r] for c in keep]) <= self.cap[t][r])
         return (cp_model.LinearExpr.sum(stopped) - cp_model.LinearExpr.sum(kept)), most
 
+    def planned(self) -> list:
+        """The variables a plan is made of: the homes, and the failover targets."""
+        return [*self.home.values(), *(v for go in self.go.values() for v in go.values())]
+
     def values(self, solver) -> dict[int, int]:
         """The solver's plan as improve() takes it: each variable's value by index."""
-        variables = [*self.home.values(), *(v for go in self.go.values() for v in go.values())]
-        return {v.index: solver.value(v) if solver else 0 for v in variables}
+        return {v.index: solver.value(v) for v in self.planned()}
 
     def improve(self, value, preemptions: bool) -> None:
         """From a plan (`value` gives each variable's value in it: a solver's, or the
@@ -571,7 +574,7 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
             IMPROVE_SECONDS, left())
         tried = solver.parameters.max_time_in_seconds
         last = solver.solve(model.model)
-        found, values = None, {v: hinted.get(v, 0) for v in model.values(None)}
+        found, values = None, {v.index: hinted.get(v.index, 0) for v in model.planned()}
         if last in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             found, values = model.read(solver, previous_home), model.values(solver)
         found = _kept_more(model, solver, found, values, last == cp_model.OPTIMAL,
@@ -615,12 +618,11 @@ def _kept_more(model: _Model, solver, found: tuple[dict, dict] | None, values: d
                optimal: bool, previous_home: dict[str, str], preemptions: bool,
                left) -> tuple[dict, dict]:
     """The plan `found` (whose variables have `values`; None for the hint given, whose
-    plan the caller has); but on a re-plan that still
-    moves more than STABLE_SHARE of the VMs, unless it was proved to move fewest, the
-    search goes on from it for the time `left()` gives, until it finds one that moves
-    no more than that: the few seconds of the first improvement are often too few for
-    a cluster that tolerates two failures, and VMs moved for nothing cost live
-    migrations."""
+    plan the caller has); but on a re-plan that still moves more than STABLE_SHARE of
+    the VMs, unless it was proved to move fewest, the search goes on from it for the
+    time `left()` gives, until it finds one that moves no more than that: the few
+    seconds of the first improvement are often too few for a cluster that tolerates
+    two failures, and VMs moved for nothing cost live migrations."""
     total = sum(count for dummy, dummy, count in model.stay)
     enough = total - int(STABLE_SHARE * total)
     if (preemptions or optimal or not total or left() < 1
