@@ -184,20 +184,26 @@ def unfence(host: str, fence: dict[str, Any] | None, cluster: str,
 def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
     """The preemptible VMs to start at home, highest priority first, where their home
     is up and has room with every VM where it will be; and those that must wait. They
-    are those stopped to make room, and those homed on the returning host that went
-    down with it: spare room they may use again, once the HA VMs are back."""
+    are those stopped to make room, and those that went down with their home:
+    recorded down there, or still recorded running there though they run nowhere (the
+    host was back before its failure was acted on, as after a loss of etcd's quorum),
+    once their home is this host or one no longer fenced. Spare room they may use
+    again, once the HA VMs are back; never one requested stopped."""
     sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
     load = loads(after, sizes, capacity)
     restart, waiting = [], []
-    down_with_host = {"host": returning, "state": "down"}
+
+    def went_down_at_home(vm) -> bool:
+        record, home = vm.get("record") or {}, vdm["home"].get(vm["name"])
+        return (record.get("host") == home and record.get("state") in ("down", "running")
+                and (home == returning or not (hosts.get(home) or {}).get("fence"))
+                and (vdm.get("vms") or {}).get(vm["name"], {}).get("kind") == "preemptible")
+
     preempted = [vm for vm in vms.values()
-                 if not vm.get("running_on")
+                 if not vm.get("running_on") and vm.get("requested") in (None, "started")
                  and ((vm.get("record") or {}).get("state") == "preempted"
-                      or (vm.get("record") == down_with_host
-                          and vdm["home"].get(vm["name"]) == returning
-                          and (vdm.get("vms") or {}).get(vm["name"], {}).get("kind")
-                          == "preemptible"))]
+                      or went_down_at_home(vm))]
 
     def order(vm):
         return (-by_name.get(vm["name"], {}).get("priority", 0), vm["name"])

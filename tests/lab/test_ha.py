@@ -13,7 +13,9 @@ through its BMC before its VMs move; a drain moves every VM off a host live and 
 undrain brings them back; a host that fails while another is drained gives that one
 nothing, and what found no room runs again once it is undrained; a disarmed cluster
 restarts nothing until it is armed again, and an ignored VM is left down; a frozen one
-destroys nothing when a host is cut off. A host that flaps gets nothing back until it
+destroys nothing when a host is cut off. When two hosts crash and take etcd's quorum
+with them, more failures than the map plans for, every HA VM runs again once one is
+back. A host that flaps gets nothing back until it
 stays up, one that fails again during its return is evacuated again, and an evacuation
 cut short after its claims is finished by a new watcher."""
 
@@ -929,6 +931,39 @@ def test_a_partition_while_frozen_destroys_nothing_and_rearming_waits_for_the_ho
     time.sleep(4)  # re-armed: the watcher resyncs, and finds nothing to do
     assert len(history(lab, "fenced")) == fences
     assert all(running(lab).get(n) == [host] for n in ha_vms)
+
+
+def test_etcd_quorum_lost_and_back_leaves_no_ha_vm_down(lab, ha):
+    """hv2 and hv3 crash together: hv1's etcd member is alone, without quorum, so
+    hv1's agent self-fences its HA VMs and nothing can evacuate them. hv2 boots, and
+    with quorum back every HA VM runs again, once; hv3 boots, and all come home."""
+    names = ha["names"]
+    ha_vms = [names["ha1"], names["ha2"]]
+    wait_until_home(lab, ha, "hv1")
+    before = writing_now(ha_vms)
+    yasco_lab("crash", "hv2")
+    yasco_lab("crash", "hv3")
+    wait_for("hv1's HA VMs self-fenced", lambda: not any(running(lab).get(n) for n in ha_vms),
+             EVACUATE, every=0.5, check=no_vm_twice(lab))
+    boot_until_registered(lab, "hv2")
+    wait_for("every HA VM running again, once", lambda: all(
+        len(running(lab).get(n, [])) == 1 for n in ha_vms), EVACUATE, every=1,
+        check=no_vm_twice(lab))
+    wait_for("the records to agree with libvirt", lambda: all(
+        records(lab).get(n) == {"host": running(lab)[n][0], "state": "running"}
+        for n in ha_vms), EVACUATE, every=1, check=no_vm_twice(lab))
+    for name in ha_vms:
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != before[n][0]
+                 and writers(n)[-1][2] > before[n][2] + 3, BOOT, every=1)
+        assert_writers_follow_each_other(name)
+    boot_until_registered(lab, "hv3")
+    wait_until_home(lab, ha, "hv1")
+    for name in ha_vms:
+        assert_writers_follow_each_other(name)
+    # hv3's own return lifts its fence last: the next test starts from a whole cluster.
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        wait_for("hv3 unfenced", lambda: etcd.get(etcd_keys.fence_key(
+            "hv3", cluster=layout.CLUSTER_NAME)) is None, EVACUATE, every=1)
 
 
 # The hold-down of the flapping test's watcher: a boot command returns only once the

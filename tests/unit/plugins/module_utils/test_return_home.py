@@ -207,8 +207,37 @@ def test_a_preemptible_vm_that_went_down_with_its_home_restarts_there_once_there
     assert "scratch" not in [s["vm"] for s in done["autostart"]]
     assert [(r["vm"], r["host"], r["record"]["if_revision"]) for r in done["restart"]] == [
         ("batch", "hv2", revision("batch")), ("scratch", "hv1", revision("scratch"))]
-    # One homed elsewhere and down is not this return's to start.
+    # One that went down with another host starts there once that host is up and
+    # unfenced, whichever host's return comes first; not while its home is fenced.
     elsewhere = {**vdm, "home": {**vdm["home"], "scratch": "hv3"}}
-    done = plan(status({**AFTER_EVACUATION, "scratch": (down, [])}), elsewhere, items,
-                "hv1", "c1")
+    down3 = {"host": "hv3", "state": "down"}
+    cluster = status({**AFTER_EVACUATION, "scratch": (down3, [])})
+    done = plan(cluster, elsewhere, items, "hv1", "c1")
+    assert [(r["vm"], r["host"]) for r in done["restart"]] == [("batch", "hv2"),
+                                                               ("scratch", "hv3")]
+    next(h for h in cluster["hypervisors"] if h["name"] == "hv3")["fence"] = FENCE
+    done = plan(cluster, elsewhere, items, "hv1", "c1")
     assert [r["vm"] for r in done["restart"]] == ["batch"]
+
+
+def test_a_preemptible_vm_still_recorded_running_at_home_but_running_nowhere_restarts():
+    """Its host crashed and came back before anything recorded it down, as when etcd
+    lost its quorum meanwhile: it restarts at home once there is room, as one that
+    went down with its host does; not one requested stopped."""
+    at_home = {n: ({"host": h, "state": "running"}, [h]) for n, h in VDM["home"].items()}
+    gone = {**at_home, "batch": ({"host": "hv2", "state": "running"}, [])}
+    done = plan(status(gone, fence=None), VDM, ITEMS, "hv2", "c1")
+    assert [(r["vm"], r["host"], r["record"]["if_revision"]) for r in done["restart"]] == [
+        ("batch", "hv2", revision("batch"))]
+    asked_off = status(gone, fence=None)
+    next(v for v in asked_off["vms"] if v["name"] == "batch")["requested"] = "stopped"
+    assert plan(asked_off, VDM, ITEMS, "hv2")["restart"] == []
+    # Left waiting by hv2's own return while the HA VMs fill its spare room; hv1's
+    # return, which moves them home, starts it.
+    refuge = {**at_home, "web": ({"host": "hv2", "state": "running"}, ["hv2"]),
+              "db": ({"host": "hv2", "state": "running"}, ["hv2"]),
+              "batch": ({"host": "hv2", "state": "running"}, [])}
+    waited = plan(status(refuge, fence=None), VDM, ITEMS, "hv2")
+    assert (waited["restart"], [w["vm"] for w in waited["waiting"]]) == ([], ["batch"])
+    assert [r["vm"] for r in plan(status(refuge), VDM, ITEMS, "hv1", "c1")["restart"]] == [
+        "batch"]
