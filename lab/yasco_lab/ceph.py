@@ -43,8 +43,17 @@ def mon_host() -> str:
     return f"[v2:{ceph_address()}:3300,v1:{ceph_address()}:{CEPH_MON_PORT}]"
 
 
-def client_conf(fsid: str, keyring: Path | str) -> str:
-    """ceph.conf for a client: the controller, or a hypervisor with its own keyring."""
+def client_conf(fsid: str, keyring: Path | str, give_up: bool = True) -> str:
+    """ceph.conf for a client: the controller, whose tools give up when the cluster is
+    out of reach (`give_up`), or a hypervisor with its own keyring, whose QEMUs must
+    not: an I/O that gives up after a few seconds fails in the guest (EIO; a
+    filesystem turns read-only), while one that waits carries on once a partition
+    heals. What stops a fenced host's writes is its blocklist entry, not a timeout."""
+    timeouts = """# Clients give up quickly when the cluster is unreachable (a partitioned host).
+client_mount_timeout = 10
+rados_mon_op_timeout = 10
+rados_osd_op_timeout = 10
+""" if give_up else ""
     return f"""[global]
 fsid = {fsid}
 mon_host = {mon_host()}
@@ -52,11 +61,7 @@ auth_cluster_required = cephx
 auth_service_required = cephx
 auth_client_required = cephx
 keyring = {keyring}
-# Clients give up quickly when the cluster is unreachable (a partitioned host).
-client_mount_timeout = 10
-rados_mon_op_timeout = 10
-rados_osd_op_timeout = 10
-"""
+{timeouts}"""
 
 
 def _daemon_conf(fsid: str, root: Path) -> str:

@@ -121,7 +121,8 @@ def _write_ceph_conf(host: HostLayout, fsid: str) -> None:
     etc = host.root / "etc-ceph"
     keyring = etc / f"ceph.client.{CEPH_HYPERVISOR_CLIENT}.keyring"
     pki.write_private(keyring, ceph_hypervisor_keyring_path().read_text())
-    (etc / "ceph.conf").write_text(client_conf(fsid, f"/etc/ceph/{keyring.name}"))
+    (etc / "ceph.conf").write_text(client_conf(fsid, f"/etc/ceph/{keyring.name}",
+                                               give_up=False))
 
 
 def _write_ssh_conf(host: HostLayout) -> None:

@@ -915,10 +915,12 @@ def test_a_partition_while_frozen_destroys_nothing_and_rearming_waits_for_the_ho
     finally:
         yasco_lab("heal", host)
     wait_for(f"{host} registered again", lambda: host not in down_hosts(lab), 60, every=0.5)
-    # The same guests carried on: never destroyed, never started again.
+    # The same guests carried on: never destroyed, never started again, and writing
+    # after the heal: their I/O waited out the partition, and did not fail.
+    healed = {n: writers(n)[-1] for n in ha_vms}
     for name in ha_vms:
-        wait_for(f"{name} writing on", lambda n=name: writers(n)[-1][0] == last[n][0]
-                 and writers(n)[-1][2] > last[n][2] + 2, 60, every=1)
+        wait_for(f"{name} writing on after the heal", lambda n=name: writers(n)[-1][0]
+                 == last[n][0] and writers(n)[-1][2] > healed[n][2] + 2, 60, every=1)
         assert_writers_follow_each_other(name)
     assert all(running(lab).get(n) == [host] for n in ha_vms)
     assert len(history(lab, "self-fenced")) == self_fences
