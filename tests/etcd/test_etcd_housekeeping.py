@@ -57,6 +57,21 @@ def rewrite(client: EtcdClient, prefix: str, rounds: int) -> None:
             client.put(f"{prefix}hv{host}/alive", ALIVE)
 
 
+def grow(client: EtcdClient, key: str) -> None:
+    """Rewrite `key` with a large value and wait until etcd's status counts it. etcd
+    commits its writes in batches every 100 ms and reports the sizes it read when its
+    last batch began, so a loop that writes faster than that overshoots the size it
+    aims at; small writes to another key bring the next batches on."""
+    before = client.status()["db_size_in_use"]
+    client.put(key, "x" * 100_000)
+
+    def counted() -> bool:
+        client.put("/scratch/tick", "x")
+        return client.status()["db_size_in_use"] > before
+    assert wait_for(counted, 5), (
+        f"etcd's status still counts {before} bytes in use 5 s after a write")
+
+
 def fill(client: EtcdClient, key: str) -> NoSpace:
     """Rewrite `key` with large values until etcd refuses: the NoSpace it raised."""
     for dummy in range(10 * QUOTA // 100_000):
@@ -208,7 +223,7 @@ def test_the_watcher_warns_before_etcd_is_full_and_says_when_it_is_not_any_more(
             wait_until_leading(source)
             index = 0
             while client.status()["db_size"] < 0.7 * QUOTA:  # history, not live data
-                client.put("/scratch/big", "x" * 100_000)
+                grow(client, "/scratch/big")
                 index += 1
                 assert index < QUOTA // 100_000, "the database does not grow"
             assert client.alarms() == []  # not full: a warning, ahead of the alarm
