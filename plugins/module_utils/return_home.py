@@ -75,17 +75,12 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                    if h != host or name not in stale_names]
         if len(running) == 1:
             current[name] = running[0]
-    # The plain VMs to start at home: recorded down with the host, or still recorded
-    # running there though they run nowhere (shut down with it by a clean stop, or the
-    # host was back before its failure was acted on); never one requested stopped.
+    # The plain VMs to start at home: those that went down with it.
     autostart = []
     for name, vm in sorted(vms.items()):
-        record = vm.get("record") or {}
         item = by_name.get(name)
         if (item and item.get("autostart_on_home") and vdm["home"].get(name) == host
-                and name not in current and record.get("host") == host
-                and record.get("state") in ("down", "running")
-                and vm.get("requested") in (None, "started")):
+                and name not in current and _went_down_at(vm, host)):
             autostart.append(_start(vm, item["domain"], here["uri"], host, cluster))
             current[name] = host
 
@@ -181,6 +176,16 @@ def unfence(host: str, fence: dict[str, Any] | None, cluster: str,
                       "details": {"ceph_addrs": list(fence.get("ceph_addrs") or [])}}}
 
 
+def _went_down_at(vm: dict[str, Any], host: str | None) -> bool:
+    """Whether VM `vm`, which runs nowhere, went down with `host`: recorded down there,
+    or still recorded running there (shut down with it by a clean stop, or the host
+    was back before its failure was acted on); and is not requested stopped."""
+    record = vm.get("record") or {}
+    return (record.get("host") == host
+            and record.get("state") in (vm_records.DOWN, vm_records.RUNNING)
+            and vm.get("requested") in (None, "started"))
+
+
 def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
     """The preemptible VMs to start at home, highest priority first, where their home
     is up and has room with every VM where it will be; and those that must wait. They
@@ -195,14 +200,14 @@ def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
     restart, waiting = [], []
 
     def went_down_at_home(vm) -> bool:
-        record, home = vm.get("record") or {}, vdm["home"].get(vm["name"])
-        return (record.get("host") == home and record.get("state") in ("down", "running")
+        home = vdm["home"].get(vm["name"])
+        return (_went_down_at(vm, home)
                 and (home == returning or not (hosts.get(home) or {}).get("fence"))
                 and (vdm.get("vms") or {}).get(vm["name"], {}).get("kind") == "preemptible")
 
     preempted = [vm for vm in vms.values()
                  if not vm.get("running_on") and vm.get("requested") in (None, "started")
-                 and ((vm.get("record") or {}).get("state") == "preempted"
+                 and ((vm.get("record") or {}).get("state") == vm_records.PREEMPTED
                       or went_down_at_home(vm))]
 
     def order(vm):

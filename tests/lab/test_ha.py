@@ -963,9 +963,7 @@ def test_etcd_quorum_lost_and_back_leaves_no_ha_vm_down(lab, ha):
     for name in ha_vms:
         assert_writers_follow_each_other(name)
     # hv3's own return lifts its fence last: the next test starts from a whole cluster.
-    with etcd_client(lab["etcd_endpoints"]) as etcd:
-        wait_for("hv3 unfenced", lambda: etcd.get(etcd_keys.fence_key(
-            "hv3", cluster=layout.CLUSTER_NAME)) is None, EVACUATE, every=1)
+    wait_for("hv3 unfenced", lambda: not fenced(lab, "hv3"), EVACUATE, every=1)
 
 
 # The hold-down of the flapping test's watcher: a boot command returns only once the
