@@ -45,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
                                     "down, host off"),
                        ("partition", "cut HOST's network; everything on it keeps running"),
                        ("heal", "restore HOST's network")):
-        verbs.add_parser(verb, help=text).add_argument("host", metavar="HOST")
+        p_verb = verbs.add_parser(verb, help=text)
+        p_verb.add_argument("host", metavar="HOST")
+        if verb == "partition":
+            p_verb.add_argument("--from", dest="only", choices=lab.PARTITIONS,
+                                default="all", help="cut everything (all, the default) "
+                                "or only Ceph's monitors and OSDs (ceph): etcd answers")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress shows up in logs as it happens
     try:
@@ -61,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(info, indent=2))
             else:
                 _print_status(info)
+        elif args.verb == "partition":
+            lab.partition(args.host, args.only)
+            print(f"{args.host}: partition from {args.only} done")
         else:
             getattr(lab, args.verb)(args.host)
             print(f"{args.host}: {args.verb} done")

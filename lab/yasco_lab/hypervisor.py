@@ -21,8 +21,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
 from . import credentials, etcd, pki, prometheus, watchdog
 from .ceph import client_conf, secret_key
 from .errors import LabError
-from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_SECRET_UUID, CLUSTER_NAME, HostLayout,
-                     ceph_hypervisor_keyring_path, known_hosts_path, ssh_key_path)
+from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_POOL, CEPH_SECRET_UUID, CLUSTER_NAME,
+                     HostLayout, ceph_hypervisor_keyring_path, known_hosts_path,
+                     ssh_key_path)
 from .node import Node
 
 # (directory under the host's root, where the host sees it)
@@ -194,6 +195,9 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
 # the test run, can outlast 5 - 1.5 s and make a healthy agent self-fence.
 AGENT_TTL = 8.0
 AGENT_MARGIN = 1.5
+# Below the product's 30 s, to keep the lab's tests short; above a probe's interval
+# and timeout twice over, so that one slow answer on this loaded machine fences nothing.
+AGENT_STORAGE_GRACE = 15.0
 # How long a graceful stop may take before SIGKILL, as the role's TimeoutStopSec gives
 # it: the HA guests' shutdown (3 s here), 20 s, and with shutdown_policy migrate the
 # migrations' wait (the lab's tests set up to 150 s).
@@ -245,6 +249,8 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
               # The canaries ignore ACPI: failing over on a poweroff powers them off.
               "shutdown_timeout": 3,
               "metrics_listen": prometheus.agent_listen(host),
+              "ceph_conf": "/etc/ceph/ceph.conf", "ceph_client": CEPH_HYPERVISOR_CLIENT,
+              "ceph_pool": CEPH_POOL, "storage_grace": AGENT_STORAGE_GRACE,
               **user.options([host.etcd_client_url, *others])}
     if with_watchdog:
         config.update(watchdog_device=watchdog.WATCHDOG_PATH,

@@ -46,6 +46,8 @@ class LabState:
     canary: dict[str, str]
     nodes: dict[str, dict[str, int]] = field(default_factory=dict)
     partitioned: list[str] = field(default_factory=list)
+    # Hosts cut off from Ceph alone (`partition HOST --from ceph`): etcd still answers.
+    cut_from_ceph: list[str] = field(default_factory=list)
     # False until `up` has finished: an interrupted `up` is stale, not a running lab.
     complete: bool = False
 
@@ -297,8 +299,10 @@ def crash(name: str) -> None:
     """Power loss: every process of the host dies at once, nothing is cleaned up."""
     with _host_verb(name, running=True) as (state, dummy, n):
         n.kill()
-        if name in state.partitioned:
-            state.partitioned.remove(name)
+        # Its network namespace, routes included, goes with it.
+        for cut in (state.partitioned, state.cut_from_ceph):
+            if name in cut:
+                cut.remove(name)
 
 
 def boot(name: str, timeout: float = 60) -> None:
@@ -340,21 +344,39 @@ def _go_down(n: node.Node, host: HostLayout, intent: str) -> None:
     n.kill()
 
 
-def partition(name: str) -> None:
-    """Cut the host's network; everything on it keeps running."""
-    with _host_verb(name, running=True) as (state, host, dummy):
-        if name in state.partitioned:
-            raise LabError(f"{name} is already partitioned")
-        network.set_link(host.veth, up=False)
-        state.partitioned.append(name)
+PARTITIONS = ("all", "ceph")
+
+
+def partition(name: str, only: str = "all") -> None:
+    """Cut the host's network (`all`), or only its way to Ceph's monitors and OSDs
+    (`ceph`: a route in the host's namespace that drops what it sends there, as a
+    switch or firewall fault on the storage network would); everything on it keeps
+    running."""
+    if only not in PARTITIONS:
+        raise LabError(f"partition {name} from {only!r}: choose one of "
+                       f"{', '.join(PARTITIONS)}")
+    with _host_verb(name, running=True) as (state, host, n):
+        if name in state.partitioned or name in state.cut_from_ceph:
+            raise LabError(f"{name} is already partitioned: `yasco-lab heal {name}` first")
+        if only == "ceph":
+            n.run("ip", "route", "add", "blackhole", f"{ceph_address()}/32")
+            state.cut_from_ceph.append(name)
+        else:
+            network.set_link(host.veth, up=False)
+            state.partitioned.append(name)
 
 
 def heal(name: str) -> None:
-    with _host_verb(name, running=True) as (state, host, dummy):
-        if name not in state.partitioned:
+    """Undo `partition`, whichever it was."""
+    with _host_verb(name, running=True) as (state, host, n):
+        if name in state.cut_from_ceph:
+            n.run("ip", "route", "del", "blackhole", f"{ceph_address()}/32")
+            state.cut_from_ceph.remove(name)
+        elif name in state.partitioned:
+            network.set_link(host.veth, up=True)
+            state.partitioned.remove(name)
+        else:
             raise LabError(f"{name} is not partitioned")
-        network.set_link(host.veth, up=True)
-        state.partitioned.remove(name)
 
 
 def status() -> dict:
@@ -372,8 +394,9 @@ def status() -> dict:
             "ssh": f"root@{layout.address}",
             "libvirt_uri": layout.libvirt_uri(),
             "etcd_client_url": layout.etcd_client_url,
-            "state": ("partitioned" if layout.name in state.partitioned else "running")
-            if running else "crashed",
+            "state": ("partitioned" if layout.name in state.partitioned
+                      else "cut from ceph" if layout.name in state.cut_from_ceph
+                      else "running") if running else "crashed",
         })
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         health = list(pool.map(lambda h: etcd.endpoint_health(h["etcd_client_url"]), hosts))

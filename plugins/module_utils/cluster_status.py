@@ -102,6 +102,9 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
             "watchdog": beat.get("watchdog"),
             "registered": from_json(registered.value, registered.key) if registered else None,
             "alive": alive is not None,
+            # What its agent's storage probe says: ok, lost (cut off from Ceph), or
+            # null when it does not probe.
+            "storage": beat.get("storage"),
             "lease_ttl": ttl,
             "fenced": fence is not None,
             "fence": from_json(fence.value, fence.key) if fence else None,

@@ -39,8 +39,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
     if here.get("libvirt") != "reachable":
         raise DrainError(f"{host}: libvirt cannot be reached at {here.get('uri')}: check "
                          "the host, then run this again")
-    others = sorted(h for h, entry in hosts.items() if h != host and entry.get("alive")
-                    and not entry.get("maintenance") and not entry.get("fenced")
+    others = sorted(h for h, entry in hosts.items() if h != host and etcd_keys.takes_vms(entry)
                     and entry.get("libvirt") == "reachable")
     if not others:
         raise DrainError(f"no other hypervisor is up to take {host}'s VMs")

@@ -63,6 +63,9 @@ def roles(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[st
     result = {
         agent_role(host): [
             Grant("readwrite", etcd_keys.host_prefix(host, cluster=cluster), True),
+            # The other hosts' liveness: a host that alone cannot reach Ceph fences
+            # itself, one of many does not (module_utils/storage_probe.py).
+            Grant("read", etcd_keys.hosts_prefix(cluster=cluster), True),
             Grant("read", etcd_keys.fence_key(host, cluster=cluster), False),
             # Disarmed in freeze mode, it does not self-fence.
             Grant("read", etcd_keys.disarmed_key(cluster=cluster), False),

@@ -96,6 +96,19 @@ def asks_migration(marker: Any) -> bool:
             and marker.get("migrate") is True)
 
 
+# What a liveness value's `storage` says when the agent's storage probe has not
+# reached Ceph for its grace period (module_utils/storage_probe.py); "ok" when it has.
+STORAGE_LOST = "lost"
+
+
+def takes_vms(host: dict[str, Any]) -> bool:
+    """Whether a hypervisor, as cluster_status or the reconciler observe it, may be
+    given a VM to start or take: alive, not in maintenance (nor draining), not fenced,
+    and not cut off from Ceph as its agent reports."""
+    return bool(host.get("alive")) and not host.get("maintenance") \
+        and not host.get("fenced") and host.get("storage") != STORAGE_LOST
+
+
 def domains_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     """The domains the host's agent reports running there."""
     return f"{host_prefix(host, cluster=cluster)}domains/"

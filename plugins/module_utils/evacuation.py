@@ -41,10 +41,11 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         raise EvacuationError("no VDM: plan one with playbooks/plan.yml")
     failed = failed_hosts(status)
     hosts = {h["name"]: h for h in status.get("hypervisors", [])}
-    # No VM is started on a host in maintenance (drained or draining) or still fenced
-    # from an earlier failure: the plan for the larger set avoids them.
+    # No VM is started on a host in maintenance (drained or draining), still fenced
+    # from an earlier failure, or cut off from Ceph: the plan for the larger set
+    # avoids them.
     unusable = sorted(h for h, host in hosts.items()
-                      if h not in failed and (host.get("maintenance") or host.get("fenced")))
+                      if h not in failed and not etcd_keys.takes_vms({**host, "alive": True}))
     unknown = sorted(set(failed) - set(vdm.get("hosts", {})))
     if unknown:
         raise EvacuationError(f"{', '.join(unknown)}: not in the VDM; re-plan with the "

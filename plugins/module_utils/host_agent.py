@@ -52,7 +52,7 @@ import time
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import (
-    cluster_events, etcd_keys, hw_watchdog, metrics)
+    cluster_events, etcd_keys, hw_watchdog, metrics, storage_probe)
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     EtcdClient, EtcdError, NoSpace, json_or_none, to_json)
@@ -82,6 +82,10 @@ WATCHDOG_EVERY = 1.0
 # Where the host's shutdown says whether it reboots or powers off, when systemd cannot
 # be asked (the lab writes it; so can an operator's script): `reboot` or `poweroff`.
 SHUTDOWN_INTENT_FILE = "/run/yasco-agent/shutdown"
+# The storage probe (storage_probe): how often it stats Ceph, and how long one probe
+# may take before it counts as not reached, in seconds.
+PROBE_EVERY = 2.0
+PROBE_TIMEOUT = 5.0
 
 
 class ConfigError(Exception):
@@ -127,6 +131,14 @@ class AgentConfig:
     # Where to serve Prometheus metrics (docs/observability.md), address:port; empty
     # for none.
     metrics_listen: str = ""
+    # The storage probe (docs/agent.md): the ceph.conf of this host's Ceph client, empty
+    # for no probe; the client's name (as libvirt's secret holds its key) and the VM
+    # pool; and how long Ceph may be out of reach here, while another host reaches
+    # it, before the host self-fences so that its HA VMs run elsewhere.
+    ceph_conf: str = ""
+    ceph_client: str = "admin"
+    ceph_pool: str = "rbd"
+    storage_grace: float = 30.0
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> AgentConfig:
@@ -151,7 +163,7 @@ class AgentConfig:
             raise ConfigError(f"{where}: shutdown_policy {self.shutdown_policy!r}: must be one "
                               f"of {', '.join(SHUTDOWN_POLICIES)}")
         for name in ("ttl", "margin", "reconcile", "keepalive", "fence_wait",
-                     "shutdown_timeout", "migrate_timeout"):
+                     "shutdown_timeout", "migrate_timeout", "storage_grace"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{where}: {name} must be a positive number of seconds, "
@@ -179,6 +191,10 @@ class AgentConfig:
                               f"{longest}: a longer one could reset the host after its "
                               "lease expired")
         self.watchdog_timeout = self.watchdog_timeout or longest
+        if self.ceph_conf and self.storage_grace < PROBE_EVERY + PROBE_TIMEOUT:
+            raise ConfigError(f"{where}: storage_grace {self.storage_grace} must be at least "
+                              f"{PROBE_EVERY + PROBE_TIMEOUT:g} s, a probe's interval and "
+                              "timeout, or one slow answer from Ceph fences the host")
         if self.metrics_listen:
             try:
                 metrics.parse_listen(self.metrics_listen, f"{where}: metrics_listen")
@@ -291,6 +307,15 @@ class Agent:
         self.fence_count = 0
         self.fenced_domains = 0
         self.domains: dict[str, tuple[str, str]] = {}
+        # The storage probe's findings: when it last reached Ceph (the start until
+        # then); whether this host alone is cut off from it, for the fencer to act on;
+        # the time of a self-fence for that, until a probe has reached Ceph since, for
+        # the heartbeat not to register before; and the verdict last logged.
+        self.storage_ok_at = clock()
+        self.registered_at = 0.0
+        self.storage_fence = False
+        self.storage_fenced_at = 0.0
+        self.storage_said = storage_probe.OK
 
     def _client(self) -> EtcdClient:
         c = self.config
@@ -307,7 +332,18 @@ class Agent:
         return {"address": c.address, "boot_id": _boot_id(), "agent_version": VERSION,
                 "started": cluster_events.timestamp(self.started), "pid": os.getpid(),
                 "ceph_addrs": c.ceph_addrs or ([c.address] if c.address else []),
-                "ttl": c.ttl, "watchdog": self.watchdog.timeout if self.watchdog else None}
+                "ttl": c.ttl, "watchdog": self.watchdog.timeout if self.watchdog else None,
+                "storage": self.storage_state()}
+
+    def storage_state(self) -> str | None:
+        """What the liveness key says of this host's storage: None when not probed,
+        storage_probe.LOST once Ceph has been out of reach for `storage_grace`."""
+        if not self.config.ceph_conf:
+            return None
+        with self.lock:
+            lost_for = self.clock() - self.storage_ok_at
+        return storage_probe.LOST if lost_for >= self.config.storage_grace \
+            else storage_probe.REACHED
 
     def register(self, etcd: EtcdClient) -> None:
         """A new lease and the liveness key under it."""
@@ -316,7 +352,8 @@ class Agent:
         etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease.id)
         with self.lock:
             self.lease, self.last_ok, self.disconnected = lease.id, sent, False
-            self.unregistered = False
+            self.unregistered, self.storage_fenced_at = False, 0.0
+            self.registered_at = self.clock()
         LOG.info("registered %s under lease %x", self.keys["alive"], lease.id)
         # What fencing needs once the liveness key is gone: kept, not lease-bound.
         facts = {k: v for k, v in self._alive_value().items()
@@ -348,6 +385,9 @@ class Agent:
             try:
                 if not lease and self.given_up:
                     self.after_self_fence(etcd)
+                if not lease and self.storage_awaited():
+                    self.stopping.wait(PROBE_EVERY)
+                    continue
                 if not lease:
                     self.register(etcd)
                     backoff = self.config.ttl / 3
@@ -367,6 +407,7 @@ class Agent:
                             self.last_ok = max(self.last_ok, sent)
                     if self.clock() >= self.flag_read + FLAG_EVERY:
                         self.read_disarm_flag(etcd)
+                    self.check_storage(etcd)
             except EtcdError as err:
                 if lease:
                     # Try again soon: the fencer's deadline is ttl - margin away from
@@ -399,6 +440,82 @@ class Agent:
         if self.no_space:
             LOG.warning("etcd accepts writes again: liveness key rewritten")
         self.no_space = False
+
+    def check_storage(self, etcd: EtcdClient) -> None:
+        """Act on the storage probe's findings (storage_probe.verdict): once Ceph has
+        been out of reach here for `storage_grace` while another host's liveness value
+        says it reaches it, have the fencer self-fence, as if the lease were lost; the
+        lease is then revoked and the HA watcher evacuates the host. Reads the other
+        hosts only then."""
+        if not self.config.ceph_conf:
+            return
+        with self.lock:
+            # Counted from the registration at the earliest: a host back from a
+            # partition has its probe's answer within seconds, and must not fence
+            # itself again for the time it was cut off.
+            lost_for = self.clock() - max(self.storage_ok_at, self.registered_at)
+            frozen = self.frozen
+        others: list[Any] = []
+        if lost_for >= self.config.storage_grace:
+            try:
+                others = self._others_storage(etcd)
+            except EtcdError as err:
+                # Unknown is not evidence: without it, this could be Ceph's outage.
+                if self.storage_said != storage_probe.OUTAGE:
+                    LOG.error("cannot read the other hosts' liveness: %s", err)
+        said = storage_probe.verdict(lost_for, self.config.storage_grace, others, frozen)
+        if said == storage_probe.FENCE:
+            with self.lock:
+                self.storage_fence = True
+        elif said == storage_probe.OUTAGE and self.storage_said != said:
+            LOG.critical("CEPH OUT OF REACH for %.0f s, and %s: NOT self-fencing; the "
+                         "guests here wait on their disks until Ceph answers", lost_for,
+                         "HA is frozen" if frozen else
+                         "no other host that probes it reaches it either (a Ceph outage)")
+        self.storage_said = said
+
+    def _others_storage(self, etcd: EtcdClient) -> list[Any]:
+        """What the other hosts' liveness keys say of their storage."""
+        found = []
+        for kv in etcd.get_prefix(etcd_keys.hosts_prefix(cluster=self.config.cluster)):
+            parsed = etcd_keys.parse_key(kv.key, cluster=self.config.cluster)
+            if parsed and parsed.kind == "alive" and parsed.host != self.config.host:
+                found.append((json_or_none(kv.value) or {}).get("storage"))
+        return found
+
+    def storage_awaited(self) -> bool:
+        """Whether to wait before registering: the host self-fenced because it alone
+        was cut off from Ceph, and no probe has reached Ceph since (a host that had
+        registered again would be given its VMs back)."""
+        with self.lock:
+            return bool(self.storage_fenced_at) and self.storage_ok_at <= \
+                self.storage_fenced_at
+
+    def storage_prober(self) -> None:
+        """Probe Ceph every PROBE_EVERY seconds; only `storage_ok_at` comes out of it,
+        so a probe that hangs counts as out of reach."""
+        c = self.config
+        try:
+            probe = storage_probe.Probe(c.ceph_conf, c.ceph_client, c.ceph_pool,
+                                        PROBE_TIMEOUT)
+        except storage_probe.ProbeError as err:
+            LOG.critical("NO STORAGE PROBE: %s", err)
+            return
+        failing = False
+        while not self.stopping.is_set():
+            started = self.clock()
+            if probe.reached():
+                with self.lock:
+                    if failing:
+                        LOG.warning("Ceph reached again after %.0f s",
+                                    self.clock() - self.storage_ok_at)
+                    self.storage_ok_at = self.clock()
+                failing = False
+            elif not failing:
+                LOG.error("Ceph not reached: %s", probe.last_error)
+                failing = True
+            self.stopping.wait(max(0.0, started + PROBE_EVERY - self.clock()))
+        probe.close()
 
     def read_disarm_flag(self, etcd: EtcdClient) -> None:
         """Whether HA is disarmed in freeze mode, as etcd says now."""
@@ -451,6 +568,9 @@ class Agent:
                 due = (self.lease or self.unregistered) and self.clock() >= \
                     self.last_ok + self.config.ttl - self.config.margin
                 enforce = self.disconnected
+                if self.storage_fence and self.frozen:
+                    self.storage_fence = False  # frozen since: nothing starts them elsewhere
+                storage = bool(self.lease) and self.storage_fence and not due
                 if due and self.frozen and not enforce:
                     # Frozen: nothing starts these VMs elsewhere, so they keep running;
                     # the lease is given up, and the host registers anew once etcd
@@ -460,11 +580,12 @@ class Agent:
                                  "registering again once etcd answers",
                                  self.config.ttl - self.config.margin)
                     self.lease, due = 0, False
+                due = due or storage
             fenced = True
             if due or enforce:
                 try:
                     conn = conn or lv.connect(self.config.libvirt_uri)
-                    self.self_fence(conn, first=bool(due))
+                    self.self_fence(conn, first=bool(due), storage=storage)
                 except (lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
                     LOG.critical("SELF-FENCE FAILED, retrying: %s", err)
                     conn, fenced = None, False
@@ -485,23 +606,32 @@ class Agent:
             except OSError as err:
                 LOG.critical("cannot pet the watchdog %s: %s", self.watchdog.path, err)
 
-    def self_fence(self, conn, first: bool) -> None:
-        """Destroy every running HA domain; `first` when the deadline just passed
-        (later calls catch HA domains started while still cut off)."""
+    def self_fence(self, conn, first: bool, storage: bool = False) -> None:
+        """Destroy every running HA domain; `first` when the deadline just passed, or
+        `storage` when this host alone is cut off from Ceph (later calls catch HA
+        domains started while still cut off)."""
         destroyed = []
         for dom in conn.listAllDomains(lv.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE):
             if lv.domain_kind(dom) == "ha":
-                dom.destroy()
+                lv.kill_now(dom)
                 destroyed.append(dom.name())
         done = time.time()
-        if first or destroyed:
+        if storage:
+            LOG.critical("SELF-FENCE: Ceph out of reach here for %.0f s or more while other "
+                         "hosts reach it; destroyed HA domains: %s; at %.3f; registering "
+                         "again once Ceph answers", self.config.storage_grace,
+                         ", ".join(destroyed) or "none", done)
+        elif first or destroyed:
             LOG.critical("SELF-FENCE: no etcd keepalive succeeded for %.1f s (ttl %s - "
                          "margin %s); destroyed HA domains: %s; at %.3f",
                          self.config.ttl - self.config.margin, self.config.ttl,
                          self.config.margin, ", ".join(destroyed) or "none", done)
         with self.lock:
+            if storage:
+                self.storage_fence, self.storage_fenced_at = False, self.clock()
             if first or destroyed:
-                self.fences.append({"at": done, "destroyed": destroyed})
+                self.fences.append({"at": done, "destroyed": destroyed,
+                                    "reason": "storage" if storage else "etcd"})
                 self.fence_count += int(first)
                 self.fenced_domains += len(destroyed)
                 self.domains = {n: d for n, d in self.domains.items() if n not in destroyed}
@@ -669,6 +799,9 @@ class Agent:
                           "etcd destroys no HA VM here.", int(frozen), host=host),
             metrics.gauge("agent_etcd_full", "1 while etcd refuses the agent's writes "
                           "(NOSPACE).", int(self.no_space), host=host),
+            metrics.gauge("agent_storage_lost", "1 while Ceph has been out of reach here for "
+                          "storage_grace or more (the storage probe; 0 when none runs).",
+                          int(self.storage_state() == storage_probe.LOST), host=host),
             metrics.gauge("agent_watchdog_timeout_seconds", "The armed hardware watchdog's "
                           "timeout, 0 when none is armed.", watchdog, host=host),
             domains,
@@ -679,7 +812,8 @@ class Agent:
         self.serve_metrics()
         _start_libvirt_event_loop()
         threads = [threading.Thread(target=target, name=target.__name__, daemon=True)
-                   for target in (self.heartbeat, self.fencer, self.publisher)]
+                   for target in (self.heartbeat, self.fencer, self.publisher,
+                                  *([self.storage_prober] if self.config.ceph_conf else []))]
         for thread in threads:
             thread.start()
         notify_systemd("READY=1")

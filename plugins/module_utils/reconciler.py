@@ -39,6 +39,7 @@ import dataclasses
 import json
 from typing import Any
 
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import (
     ACTIVE, FAILED, MIGRATING, RUNNING, STARTING)
 
@@ -112,10 +113,8 @@ class Memory:
 
 
 def usable_hosts(observed: dict[str, Any]) -> set[str]:
-    """Hosts a VM may be started on: alive, not in maintenance (nor draining), not
-    fenced."""
-    return {name for name, host in observed["hosts"].items()
-            if host.get("alive") and not host.get("maintenance") and not host.get("fenced")}
+    """Hosts a VM may be started on (etcd_keys.takes_vms)."""
+    return {name for name, host in observed["hosts"].items() if etcd_keys.takes_vms(host)}
 
 
 def failures_tolerated(observed: dict[str, Any]) -> int | None:
@@ -464,9 +463,13 @@ def observe(kvs: list[Any], parse) -> dict[str, Any]:
             continue
         if parsed.kind in ("alive", "maintenance"):
             observed["hosts"].setdefault(parsed.host, {})[parsed.kind] = True
-            data = value(kv) if parsed.kind == "maintenance" else None
-            if isinstance(data, dict) and data.get("by") == "agent" and isinstance(
-                    data.get("off"), list):
+            data = value(kv)
+            if not isinstance(data, dict):
+                continue
+            if parsed.kind == "alive":
+                if data.get("storage"):  # what its agent's storage probe says
+                    observed["hosts"][parsed.host]["storage"] = data["storage"]
+            elif data.get("by") == "agent" and isinstance(data.get("off"), list):
                 # The HA VMs its agent shut down to fail them over as the host went
                 # down: known off, though the host no longer answers.
                 observed["hosts"][parsed.host]["off"] = list(data["off"])

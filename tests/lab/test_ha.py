@@ -698,6 +698,44 @@ def test_a_partitioned_hypervisor_self_fences_and_its_vms_run_elsewhere_once(lab
                  or writers(n)[-1][2] > last[2] + 3, BOOT, every=1)
 
 
+def test_a_hypervisor_cut_off_from_ceph_alone_fences_itself_and_its_vms_run_elsewhere(
+        lab, ha):
+    """hv1 loses Ceph, not etcd: its lease stands and its guests wait on their disks,
+    which no lease expiry would ever notice. Its agent's storage probe finds Ceph out
+    of reach for its grace while hv2's and hv3's reach it: hv1 self-fences (its HA
+    domains destroyed first), gives its lease up, and the evacuation starts its HA VMs
+    on their planned targets, once, each canary carrying on from its last write. hv1
+    is no target meanwhile. Healed, hv1 registers again (Ceph answers it, blocklisted)
+    and everything comes home."""
+    names, vdm = ha["names"], ha["vdm"]
+    targets = vdm["failover"]["hv1"]
+    ha_vms = [names["ha1"], names["ha2"]]
+    wait_until_home(lab, ha, "hv1")
+    before = {n: writers(n)[-1] for n in ha_vms}
+    fences = len(history(lab, "self-fenced"))
+    yasco_lab("partition", "hv1", "--from", "ceph")
+    print(f"hv1 cut off from Ceph at {time.strftime('%H:%M:%S')}")
+    try:
+        assert "hv1" not in down_hosts(lab)  # etcd still answers it: its lease stands
+        wait_for("hv1's HA VMs running on their targets", lambda: all(
+            running(lab).get(n) == [targets[n]] for n in ha_vms),
+            hypervisor.AGENT_STORAGE_GRACE + EVACUATE, every=0.5, check=no_vm_twice(lab))
+        assert "hv1" in down_hosts(lab)  # and stays out until Ceph answers it
+    finally:
+        yasco_lab("heal", "hv1")
+    # The agent writes its self-fence to the history once it has registered again.
+    fenced, = wait_for("hv1's self-fence in the history", lambda: [
+        e for e in history(lab, "self-fenced")[fences:] if e["host"] == "hv1"], 60, every=1)
+    assert fenced["details"]["reason"] == "storage", fenced
+    assert sorted(fenced["details"]["destroyed"]) == sorted(ha_vms), fenced
+    for n in ha_vms:
+        wait_for(f"{n} writing again", lambda n=n: writers(n)[-1][0] != before[n][0]
+                 and writers(n)[-1][2] > before[n][2] + 3, BOOT, every=1)
+        assert_writers_follow_each_other(n)
+    wait_until_home(lab, ha, "hv1")
+    no_vm_twice(lab)()
+
+
 def test_a_hung_partitioned_hypervisor_is_powered_off_by_its_bmc_before_its_vms_move(
         lab, ha):
     """The power layer, tested by breaking the ones before it: hv1's agent is stopped

@@ -41,6 +41,9 @@ def test_an_agent_writes_its_own_host_records_and_no_one_elses(host):
     assert not may(role, "write", etcd_keys.disarmed_key(cluster=CLUSTER))
     assert may(role, "read", etcd_keys.disarmed_key(cluster=CLUSTER))  # freeze mode
     assert not may(role, "read", etcd_keys.vm_key("web1", cluster=CLUSTER))
+    # Other hosts' liveness, read-only: whether they reach Ceph (the storage probe).
+    assert all(may(role, "read", etcd_keys.alive_key(other, cluster=CLUSTER))
+               for other in HOSTS)
 
 
 def test_only_agents_and_the_watcher_write_liveness_and_only_the_controller_placement():
@@ -66,5 +69,5 @@ def test_the_controller_may_mark_maintenance_but_not_forge_a_host():
 def test_the_commands_in_the_docs_are_the_ones_made_here():
     script = etcd_access.as_script(["hv1", "hv2"], CLUSTER).splitlines()
     agent = [line for line in script if "yasco-agent-hv1" in line]
-    assert len(agent) == 7
+    assert len(agent) == 8
     assert "\n".join(agent) in DOCS.read_text()

@@ -151,7 +151,7 @@ def test_a_vm_whose_disk_is_missing_is_reported_and_the_others_still_start():
     assert after["missing"] == [{"vm": "db", "images": ["yasco/db"]}]
 
 
-def test_no_ha_vm_is_started_on_a_host_in_maintenance_or_still_fenced():
+def test_no_ha_vm_is_started_on_a_host_in_maintenance_or_still_fenced_or_cut_off_from_ceph():
     # hv2 is drained: the plan for hv1 and hv2 failed sends web to hv3 instead.
     drained = status(alive=("hv2", "hv3"), maintenance=("hv2",))
     drained["hypervisors"][0]["maintenance"] = False
@@ -162,6 +162,14 @@ def test_no_ha_vm_is_started_on_a_host_in_maintenance_or_still_fenced():
     fenced["hypervisors"][1]["fenced"] = True
     assert {s["vm"]: s["to"] for s in plan(fenced, VDM, ITEMS)["start"]} == {
         "web": "hv3", "db": "hv3"}
+    # hv2's agent has not reached Ceph for its grace period: alive, but no target.
+    cut_off = status()
+    cut_off["hypervisors"][1]["storage"] = "lost"
+    done = plan(cut_off, VDM, ITEMS)
+    assert done["avoided"] == ["hv2"] and done["failed"] == ["hv1"]
+    assert {s["vm"]: s["to"] for s in done["start"]} == {"web": "hv3", "db": "hv3"}
+    cut_off["hypervisors"][1]["storage"] = "ok"
+    assert plan(cut_off, VDM, ITEMS)["avoided"] == []
 
 
 def test_requested_states_are_kept_through_an_evacuation():

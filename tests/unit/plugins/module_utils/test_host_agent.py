@@ -41,7 +41,13 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
                  "margin, libvirt_uri, address, ceph_addrs, reconcile, keepalive, fence_wait, "
                  "shutdown_policy, shutdown_timeout, migrate_timeout, ca_cert, "
                  "client_cert, client_key, username, password, watchdog_device, "
-                 "watchdog_timeout, metrics_listen"),
+                 "watchdog_timeout, metrics_listen, ceph_conf, ceph_client, ceph_pool, "
+                 "storage_grace"),
+    ({"ceph_conf": "/etc/ceph/ceph.conf", "storage_grace": 5},
+     "agent.yml: storage_grace 5 must be at least 7 s, a probe's interval and timeout, "
+     "or one slow answer from Ceph fences the host"),
+    ({"storage_grace": 0}, "agent.yml: storage_grace must be a positive number of seconds, "
+                           "got 0"),
     ({"metrics_listen": "localhost"}, "agent.yml: metrics_listen: 'localhost' is not "
                                       "address:port (e.g. 0.0.0.0:9731, [::]:9731 or :9731); "
                                       "leave it empty to serve no metrics"),

@@ -281,13 +281,16 @@ def test_observe_reads_etcds_keys():
            "vms": {"web": {"kind": "ha", "priority": 1, "memory_mb": 10}},
            "home": {"web": "hv1"}, "failover": {"hv1": {"web": "hv2"}}}
     keys = [kv(etcd_keys.alive_key("hv1"), "{}"), kv(etcd_keys.fence_key("hv2"), "{}"),
+            kv(etcd_keys.alive_key("hv3"), '{"storage": "lost"}'),
             kv(etcd_keys.domain_key("hv1", "web"), '{"state": "paused"}'),
             kv(etcd_keys.vm_key("web"), '{"host": "hv1", "state": "running"}', 9),
             kv(etcd_keys.requested_key("web"), '{"state": "disabled"}'),
             kv(etcd_keys.requested_key("bad"), '{"state": "sleeping"}'),
             kv(etcd_keys.vdm_ha_key(), __import__("json").dumps(ha_view(vdm)))]
     observed = observe(keys, etcd_keys.parse_key)
-    assert observed["hosts"] == {"hv1": {"alive": True}, "hv2": {"fenced": True}}
+    assert observed["hosts"] == {"hv1": {"alive": True}, "hv2": {"fenced": True},
+                                 "hv3": {"alive": True, "storage": "lost"}}
+    assert usable_hosts(observed) == {"hv1"}  # hv3's agent cannot reach Ceph
     assert observed["domains"] == {"hv1": {"web": "paused"}}
     assert observed["records"] == {"web": ({"host": "hv1", "state": "running"}, 9)}
     assert observed["requested"] == {"web": "disabled"}
