@@ -1,7 +1,7 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
 .PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery bench-fencing \
-	bench-power-fencing sanity units
+	bench-power-fencing sanity units chaos
 
 setup:
 	@scripts/bootstrap
@@ -45,6 +45,14 @@ bench-fencing: setup
 # elsewhere, against the Ceph fence alone, on the lab (docs/production.md).
 bench-power-fencing: setup
 	.venv/bin/python benchmarks/power_fencing.py
+
+# The nemesis: a fresh lab, then SEEDS (one random seed by default) of EPISODES seeded
+# fault episodes each, judged by invariants (docs/lab.md). The lab stays up.
+EPISODES ?= 12
+SEEDS ?=
+chaos: setup
+	@set -e; for seed in $${SEEDS:-$$(od -An -N3 -tu4 /dev/urandom)}; do \
+	  .venv/bin/yasco-lab chaos --seed $$seed --episodes $(EPISODES); done
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup

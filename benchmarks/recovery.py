@@ -15,7 +15,10 @@ canary or host in turn:
 - failed start: the same, on a host that can no longer start VMs (its libvirt
   secret for Ceph removed), so the restart in place fails and the VM is relocated;
 - clean reboot: `yasco-lab reboot` of the canary's host;
-- host crash: `yasco-lab crash` of the canary's host, booted again afterwards.
+- host crash: `yasco-lab crash` of the canary's host, booted again afterwards;
+- cut from Ceph: `yasco-lab partition --from ceph` of the canary's host, etcd still
+  answering, healed afterwards; the baseline's agents run without their storage probe
+  (as they were before it), for every fault of its mode.
 Each time is from the fault to the canary's first write from its new copy (read on
 its RBD disk). The baseline's runs that never recover are given up after
 --give-up seconds and reported as "never"; the VM is then started by hand
@@ -51,7 +54,8 @@ from yasco_lab.credentials import etcd_client  # noqa: E402
 from yasco_lab.errors import LabError  # noqa: E402
 from yasco_lab.waiting import wait_until as wait  # noqa: E402
 
-FAULTS = ("guest panic", "VM killed", "failed start", "clean reboot", "host crash")
+FAULTS = ("guest panic", "VM killed", "failed start", "clean reboot", "host crash",
+          "cut from Ceph")
 HOSTS = ("hv1", "hv2", "hv3")
 
 
@@ -102,6 +106,9 @@ def one_run(fault: str, name: str, give_up: float) -> float | None:
         elif fault == "clean reboot":
             subprocess.run([str(BIN / "yasco-lab"), "reboot", host], check=True,
                            capture_output=True)
+        elif fault == "cut from Ceph":
+            subprocess.run([str(BIN / "yasco-lab"), "partition", host, "--from", "ceph"],
+                           check=True, capture_output=True)
         else:
             subprocess.run([str(BIN / "yasco-lab"), "crash", host], check=True,
                            capture_output=True)
@@ -111,6 +118,9 @@ def one_run(fault: str, name: str, give_up: float) -> float | None:
             lab_verbs.ceph_secret(host, present=True)
         if fault == "host crash":
             subprocess.run([str(BIN / "yasco-lab"), "boot", host], check=True,
+                           capture_output=True)
+        if fault == "cut from Ceph":
+            subprocess.run([str(BIN / "yasco-lab"), "heal", host], check=True,
                            capture_output=True)
     return None if at is None else at - started
 
@@ -139,6 +149,22 @@ def settle(inv: Path, names: list[str], homes: dict[str, str]) -> None:
     last = {n: latest_seq(n) for n in names}
     wait("canaries writing", lambda: all(latest_seq(n) > last[n] + 2 for n in names), 300,
          every=1)
+
+
+def probe_agents(on: bool) -> None:
+    """Restart every agent with its storage probe, or without it (the baseline), and
+    wait until each has registered again saying which."""
+    for host in HOSTS:
+        lab_verbs.restart_agent(host, storage_probe=on)
+
+    def registered() -> bool:
+        with etcd_client(lab_status()["etcd_endpoints"]) as etcd:
+            keys = [etcd.get(etcd_keys.alive_key(h, cluster=layout.CLUSTER_NAME))
+                    for h in HOSTS]
+        return all(k is not None and (k.json().get("storage") is not None) is on
+                   for k in keys)
+
+    wait("agents registered again", registered, 60, every=1)
 
 
 def latest_seq(name: str) -> int:
@@ -192,6 +218,7 @@ def main() -> None:
                 # Restarts counted within 20 s only: each run is a first failure.
                 (inv / "group_vars" / "all" / "bench.yml").write_text(yaml.safe_dump(
                     {"yasco_recovery": {"window": 20}, **settings}))
+                probe_agents(mode == "reconciler")
                 watcher = watch(inv, Path(scratch) / f"{mode}.log")
                 try:
                     runs = args.runs if mode == "reconciler" else args.baseline_runs
@@ -209,6 +236,7 @@ def main() -> None:
                 finally:
                     stop(watcher)
         finally:
+            probe_agents(True)
             clean_up(inv, names)
     print(f"\nSeconds from the fault to the HA canary writing again from a new copy, median "
           f"(min-max) of {args.runs} runs with the reconciler, and {args.baseline_runs} "

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from . import lab
+from . import chaos, lab
 from .errors import LabError
 
 
@@ -51,6 +51,18 @@ def main(argv: list[str] | None = None) -> int:
             p_verb.add_argument("--from", dest="only", choices=lab.PARTITIONS,
                                 default="all", help="cut everything (all, the default) "
                                 "or only Ceph's monitors and OSDs (ceph): etcd answers")
+    p_chaos = verbs.add_parser("chaos", help="a fresh lab with canaries and two HA "
+                               "watchers, then seeded random faults, judged by "
+                               "invariants (docs/lab.md)")
+    p_chaos.add_argument("--seed", type=int, help="the schedule's seed (default: random, "
+                         "printed)")
+    p_chaos.add_argument("--episodes", type=int, default=12, metavar="N",
+                         help="fault episodes to draw (default 12)")
+    p_chaos.add_argument("--schedule", metavar="FILE",
+                         help="replay the schedule a run saved (its JSON)")
+    p_chaos.add_argument("--converge", type=float, default=180.0, metavar="SECONDS",
+                         help="how long the cluster may take to converge after each "
+                              "episode (default 180)")
     args = parser.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # progress shows up in logs as it happens
     try:
@@ -66,13 +78,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(info, indent=2))
             else:
                 _print_status(info)
+        elif args.verb == "chaos":
+            return chaos.main(args.seed, args.episodes, args.schedule, args.converge)
         elif args.verb == "partition":
             lab.partition(args.host, args.only)
             print(f"{args.host}: partition from {args.only} done")
         else:
             getattr(lab, args.verb)(args.host)
             print(f"{args.host}: {args.verb} done")
-    except LabError as err:
+    except (LabError, chaos.ChaosError) as err:
         print(f"yasco-lab: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -233,15 +233,19 @@ def agent_service_commands(host: HostLayout) -> dict[str, str]:
                     f"echo 'yasco-agent did not stop within {AGENT_STOP_TIMEOUT} s: killed;"
                     f" its log ends:' >&2; tail -n 30 {log} >&2; "
                     f"pkill -KILL -f -x {agent}; exit 1; fi; "
-                    "t=$((t + 1)); sleep 0.2; done"}
+                    "t=$((t + 1)); sleep 0.2; done",
+            # A crash of the agent's, as systemd would restart it after.
+            "kill": f"pkill -KILL -f -x {agent}; "
+                    f"while pgrep -f -x {agent} >/dev/null; do sleep 0.1; done"}
 
 
 def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
-                with_watchdog: bool = False) -> None:
+                with_watchdog: bool = False, storage_probe: bool = True) -> None:
     """Write the host's agent configuration and start the agent (not waiting); with
     the host's emulated hardware watchdog armed if asked. The lab's agents run without
     it unless a test asks: a lab host reset whenever its agent stalls on this loaded
-    machine would make every test a watchdog test."""
+    machine would make every test a watchdog test. Without `storage_probe`, the agent
+    is as it was before it had one (a benchmark's baseline)."""
     others = [h.etcd_client_url for h in cluster if h.name != host.name]
     user = credentials.EtcdUser(etcd_access.agent_role(host.name))
     config = {"host": host.name, "cluster": CLUSTER_NAME, "ttl": AGENT_TTL,
@@ -249,8 +253,9 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
               # The canaries ignore ACPI: failing over on a poweroff powers them off.
               "shutdown_timeout": 3,
               "metrics_listen": prometheus.agent_listen(host),
-              "ceph_conf": "/etc/ceph/ceph.conf", "ceph_client": CEPH_HYPERVISOR_CLIENT,
-              "ceph_pool": CEPH_POOL, "storage_grace": AGENT_STORAGE_GRACE,
+              "ceph_conf": "/etc/ceph/ceph.conf" if storage_probe else "",
+              "ceph_client": CEPH_HYPERVISOR_CLIENT, "ceph_pool": CEPH_POOL,
+              "storage_grace": AGENT_STORAGE_GRACE,
               **user.options([host.etcd_client_url, *others])}
     if with_watchdog:
         config.update(watchdog_device=watchdog.WATCHDOG_PATH,

@@ -435,6 +435,14 @@ def ceph_secret(name: str, present: bool) -> None:
             n.run("virsh", "-q", "secret-undefine", CEPH_SECRET_UUID, check=False)
 
 
+def restart_agent(name: str, storage_probe: bool = True) -> None:
+    """Kill the host's agent, as a crash would, and start it again as systemd would,
+    with or without its storage probe (not waiting for it to register)."""
+    with _host_verb(name, running=True) as (state, host, n):
+        n.run("sh", "-ec", hypervisor.agent_service_commands(host)["kill"], timeout=30)
+        hypervisor.start_agent(n, host, state.layouts(), storage_probe=storage_probe)
+
+
 def kill_qemu(vm: str) -> None:
     """SIGKILL the QEMU of VM `vm`, on whichever host it runs, as the OOM killer would:
     the hosts have PID namespaces of their own, all visible from the machine's."""

@@ -37,7 +37,7 @@ from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import bmc as lab_bmc
 from yasco_lab import lab as lab_verbs
-from yasco_lab import credentials, hypervisor, layout, prometheus, storage
+from yasco_lab import chaos, credentials, hypervisor, layout, prometheus, storage
 from yasco_lab.inbox import Inbox
 from yasco_lab.lab import LabState
 
@@ -156,7 +156,7 @@ def restore(lab, inventory: Path) -> None:
     what a test that failed half-way may have left otherwise, which would fail every
     test after it."""
     for host in lab_verbs.status()["hosts"]:
-        if host["state"] == "partitioned":
+        if host["state"] in ("partitioned", "cut from ceph"):
             yasco_lab("heal", host["name"])
         elif host["state"] == "crashed":
             yasco_lab("boot", host["name"])
@@ -1082,3 +1082,27 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
     wait_until_home(lab, ha, host)
     for name in ha_vms:
         assert_writers_follow_each_other(name)
+
+
+# The short nemesis run's seed: a partition and, 14 s into it, a crash of another host
+# (more failures than the map's X = 1) held 38 s; an HA VM's QEMU killed; a partition.
+NEMESIS_SEED = 2
+
+
+def test_a_seeded_nemesis_finds_no_violation(lab, ha):
+    """The nemesis (lab/yasco_lab/chaos.py; `yasco-lab chaos` runs a long one) over this
+    module's canaries and watchers: three episodes drawn from a fixed seed, each held,
+    undone and left to converge, judged all along by its invariants: never two copies
+    of a VM running unfenced (sampled every second, partitioned hosts included), the
+    canaries' writers never interleaving on their disks, every VM running once where
+    etcd records it after each episode, etcd bounded."""
+    names = ha["names"]
+    wait_until_home(lab, ha, "hv1")
+    vms = {names["ha1"]: "ha", names["ha2"]: "ha", names["plain"]: "plain",
+           names["batch"]: "preemptible"}
+    schedule = chaos.draw(NEMESIS_SEED, 3, [h["name"] for h in lab["hosts"]],
+                          [names["ha1"], names["ha2"]])
+    run = chaos.Nemesis(vms, converge=HOME).run(schedule, NEMESIS_SEED)
+    assert not run.violations, chaos.report(run)
+    assert len(run.converged) == 3 and run.samples > 30, run.as_json()
+

@@ -1,0 +1,544 @@
+"""`yasco-lab chaos`: a seeded, replayable nemesis on the lab, judged by invariants
+that hold over the whole run, not by one scenario's answer.
+
+A schedule of fault episodes is drawn from a seed (or read from a file written by an
+earlier run) and applied one after another to a lab whose HA stack runs: agents, a
+leading and a standby watcher, canary VMs of every kind. Each episode injects its
+fault, holds it, recovers from it (boot, heal, SIGCONT), then waits for the cluster
+to converge. Observers independent of YASCO's own view sample the cluster all along:
+libvirt on every host through the lab's own access (so a partitioned host is seen
+too), the fences in etcd, and, at each convergence, every canary's records on its
+RBD disk. The invariants:
+
+- I1, never two copies: at no sample does a VM run on two hosts that are not fenced
+  (a copy on a host whose Ceph clients are blocklisted cannot write; the evacuation
+  records the fence only once the blocklist is in place, and before it starts
+  anything). This is also what I3, fence before recovery, guarantees for the disks.
+- I2, one writer at a time: on every canary's disk the writers never interleave, and
+  each copy carries on from the last record the one before wrote.
+- I4, convergence: within `converge` seconds of the episode's recovery every VM runs
+  exactly once, where etcd records it, no host is fenced, and every canary writes
+  again.
+- I5, etcd stays bounded: no alarm, and each member's database under DB_LIMIT.
+
+A violation is printed with its episode, the seed, the timeline around it and what
+the observers saw; the run exits non-zero. The schedule, the timeline and the
+results are saved as JSON, which `--schedule` replays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+
+from . import etcd, lab, layout, prometheus, storage
+from .credentials import etcd_client
+from .errors import LabError
+from .waiting import wait_until
+
+# Faults on one host, and how each is undone.
+HOST_FAULTS = ("crash", "partition", "ceph-cut", "agent-stop", "reboot")
+FAULTS = (*HOST_FAULTS, "qemu-kill", "etcd-leader-stop", "overlap")
+# How often each is drawn; overlapping faults are the ones no scenario test covers.
+WEIGHTS = {"crash": 3, "partition": 3, "ceph-cut": 2, "agent-stop": 2, "reboot": 1,
+           "qemu-kill": 2, "etcd-leader-stop": 1, "overlap": 3}
+# Held for a random time in this range (seconds): below the agents' TTL nothing should
+# move; above it the host is evacuated.
+HOLD = (4.0, 40.0)
+DB_LIMIT = 64 * 1024 ** 2  # bytes of an etcd member's database (I5)
+SAMPLE_EVERY = 1.0
+
+
+class ChaosError(Exception):
+    """The run could not be carried out (not a violation); the message says why."""
+
+
+def draw(seed: int, episodes: int, hosts: list[str], ha_vms: list[str]) -> list[dict]:
+    """The schedule `seed` gives: `episodes` episodes over `hosts` and `ha_vms`."""
+    rng = random.Random(seed)
+    faults = list(WEIGHTS)
+    drawn = []
+    for dummy in range(episodes):
+        fault = rng.choices(faults, weights=[WEIGHTS[f] for f in faults])[0]
+        hold = round(rng.uniform(*HOLD), 1)
+        if fault in HOST_FAULTS:
+            episode = {"fault": fault, "target": rng.choice(hosts), "hold": hold}
+        elif fault == "qemu-kill":
+            episode = {"fault": fault, "target": rng.choice(ha_vms), "hold": 0}
+        elif fault == "etcd-leader-stop":
+            episode = {"fault": fault, "target": "leader", "hold": hold}
+        else:
+            first, second = rng.sample(hosts, 2)
+            episode = {"fault": fault, "target": first, "hold": hold,
+                       "then": {"fault": rng.choice(HOST_FAULTS[:4]), "target": second,
+                                "after": round(rng.uniform(1, hold), 1)},
+                       "first": rng.choice(HOST_FAULTS[:4])}
+        drawn.append(episode)
+    return drawn
+
+
+def describe(episode: dict) -> str:
+    if episode["fault"] == "overlap":
+        then = episode["then"]
+        return (f"{episode['first']} {episode['target']}, and {then['after']:g} s later "
+                f"{then['fault']} {then['target']}, held {episode['hold']:g} s")
+    if episode["fault"] == "qemu-kill":
+        return f"QEMU of {episode['target']} killed"
+    return f"{episode['fault']} {episode['target']}, held {episode['hold']:g} s"
+
+
+@dataclass
+class Violation:
+    invariant: str
+    episode: int
+    at: float
+    what: str
+    evidence: Any = None
+
+
+@dataclass
+class Run:
+    """What a run saw: the timeline of its own actions and the violations."""
+    seed: int | None
+    schedule: list[dict]
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    converged: list[float | None] = field(default_factory=list)
+    samples: int = 0
+    checks: int = 0
+    episode: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def note(self, what: str) -> None:
+        with self.lock:
+            self.timeline.append((time.time(), what))
+        print(f"  {time.strftime('%H:%M:%S')} {what}", flush=True)
+
+    def violate(self, invariant: str, what: str, evidence: Any = None) -> None:
+        with self.lock:
+            self.violations.append(Violation(invariant, self.episode, time.time(), what,
+                                             evidence))
+        print(f"  {time.strftime('%H:%M:%S')} VIOLATION {invariant}: {what}", flush=True)
+
+    def as_json(self) -> dict:
+        return {"seed": self.seed, "schedule": self.schedule, "timeline": self.timeline,
+                "converged": self.converged, "samples": self.samples, "checks": self.checks,
+                "violations": [v.__dict__ for v in self.violations]}
+
+
+class Nemesis:
+    """Applies a schedule to the running lab and judges it. `vms` maps each VM the
+    lab runs for YASCO (every one a canary) to its kind: ha, plain or preemptible."""
+
+    def __init__(self, vms: dict[str, str], converge: float = 180.0):
+        self.vms = vms
+        self.converge = converge
+        hosts = lab.status()["hosts"]
+        self.hosts = [h["name"] for h in hosts]
+        self.members = {h["name"]: h["etcd_client_url"] for h in hosts}
+        self.endpoints = list(self.members.values())
+        self.stopping = threading.Event()
+
+    # -- observers ----------------------------------------------------------------
+
+    def running_on(self, host: str) -> list[str] | None:
+        """The VMs libvirt on `host` runs (a copy paused for a migration does not
+        count), seen from inside the host: None when it is down."""
+        if not lab.is_powered(host):
+            return None
+        try:
+            done = lab.run_on_host(host, "sh", "-c", _LIST_RUNNING, timeout=20)
+        except (LabError, OSError):
+            return None
+        return [line for line in done.stdout.split() if line] if done.returncode == 0 \
+            else None
+
+    def fenced(self) -> set[str] | None:
+        try:
+            with etcd_client(self.endpoints) as client:
+                kvs = client.get_prefix(etcd_keys.fences_prefix(cluster=layout.CLUSTER_NAME))
+        except Exception:  # pylint: disable=broad-except  # etcd out of reach: no sample
+            return None
+        return {kv.key.rsplit("/", 1)[-1] for kv in kvs}
+
+    def copies(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for host in self.hosts:
+            for vm in self.running_on(host) or []:
+                found.setdefault(vm, []).append(host)
+        return found
+
+    def observe(self, run: Run) -> None:
+        """I1 at every sample until stopped. Two unfenced copies seen once are looked
+        at again at once: a live migration's switch-over can fall between two hosts'
+        listings, a VM that runs twice cannot."""
+        fences: set[str] = set()
+
+        def fenced_now() -> set[str]:
+            found = self.fenced()
+            return fences if found is None else found  # etcd not answering: as before
+
+        while not self.stopping.wait(SAMPLE_EVERY):
+            seen = self.copies()
+            fences = fenced_now()
+            twice = {vm: hosts for vm, hosts in seen.items()
+                     if vm in self.vms and len(set(hosts) - fences) > 1}
+            if twice:
+                again = self.copies()
+                fences = fenced_now()
+                twice = {vm: hosts for vm, hosts in again.items()
+                         if vm in twice and len(set(hosts) - fences) > 1}
+            with run.lock:
+                run.samples += 1
+                run.checks += len(self.vms)
+            for vm, hosts in twice.items():
+                run.violate("I1", f"{vm} RUNS TWICE, on {', '.join(hosts)}, none of them "
+                            "fenced but one", {"copies": hosts, "fenced": sorted(fences)})
+
+    # -- invariants checked at convergence ------------------------------------------
+
+    def check_writers(self, run: Run) -> None:
+        """I2 on every canary's disk."""
+        for vm in sorted(self.vms):
+            runs = writer_runs(storage.canary_records(vm))
+            run.checks += 1
+            writers = [w for w, dummy, dummy2 in runs]
+            if len(set(writers)) != len(writers):
+                run.violate("I2", f"{vm}: copies' writes interleave on its disk", runs)
+            for (dummy, dummy2, last), (dummy3, first, dummy4) in zip(runs, runs[1:]):
+                if first != last + 1:
+                    run.violate("I2", f"{vm}: a copy did not carry on from the last "
+                                f"record ({last} then {first})", runs)
+
+    def converged(self) -> str | None:
+        """What still differs from the requested state, or None."""
+        seen = self.copies()
+        with etcd_client(self.endpoints) as client:
+            records = {kv.key.rsplit("/", 1)[-1]: json.loads(kv.value) for kv in
+                       client.get_prefix(etcd_keys.vms_prefix(cluster=layout.CLUSTER_NAME))}
+            alive = {etcd_keys.parse_key(kv.key, cluster=layout.CLUSTER_NAME).host
+                     for kv in client.get_prefix(etcd_keys.hosts_prefix(
+                         cluster=layout.CLUSTER_NAME)) if kv.key.endswith("/alive")}
+            fences = client.get_prefix(etcd_keys.fences_prefix(cluster=layout.CLUSTER_NAME))
+        if set(self.hosts) - alive:
+            return f"hosts not registered: {sorted(set(self.hosts) - alive)}"
+        if fences:
+            return f"hosts still fenced: {sorted(kv.key.rsplit('/', 1)[-1] for kv in fences)}"
+        for vm in sorted(self.vms):
+            hosts = seen.get(vm, [])
+            if len(hosts) != 1:
+                return f"{vm} runs on {hosts or 'no host'}"
+            if records.get(vm, {}).get("host") != hosts[0] or \
+                    records[vm].get("state") != "running":
+                return f"{vm} runs on {hosts[0]} but etcd records {records.get(vm)}"
+        return None
+
+    def wait_converged(self, run: Run, since: float) -> float | None:
+        """I4: seconds from `since` until the cluster converged and every canary wrote
+        again, or None (a violation) after `converge` seconds."""
+        deadline = since + self.converge
+        left = "not looked at yet"
+        while time.monotonic() < deadline:
+            try:
+                left = self.converged()
+            except Exception as err:  # pylint: disable=broad-except  # etcd in a hurry
+                left = f"cannot read etcd: {err}"
+            if left is None:
+                break
+            time.sleep(2)
+        if left is not None:
+            run.violate("I4", f"not converged {self.converge:g} s after the recovery: {left}")
+            return None
+        last = {vm: last_seq(vm) for vm in self.vms}
+        stalled = sorted(self.vms)
+        while time.monotonic() < deadline:
+            stalled = [vm for vm in self.vms if last_seq(vm) <= last[vm] + 1]
+            if not stalled:
+                return time.monotonic() - since
+            time.sleep(2)
+        run.violate("I4", f"canaries not writing {self.converge:g} s after the recovery: "
+                    f"{sorted(stalled)}")
+        return None
+
+    def check_etcd(self, run: Run) -> None:
+        """I5: no alarm, every member's database under DB_LIMIT."""
+        with etcd_client(self.endpoints) as client:
+            alarms = client.alarms()
+        sizes = {url: status["dbSize"] for url, status in
+                 ((url, member_status(url)) for url in self.endpoints) if status}
+        run.checks += 1 + len(sizes)
+        if alarms:
+            run.violate("I5", f"etcd alarms: {alarms}")
+        for endpoint, size in sizes.items():
+            if int(size) > DB_LIMIT:
+                run.violate("I5", f"etcd at {endpoint}: database of {size} bytes, over "
+                            f"{DB_LIMIT}")
+
+    # -- faults ---------------------------------------------------------------------
+
+    def inject(self, run: Run, fault: str, target: str) -> str:
+        """Apply `fault` to `target`; what undoing it takes (for `recover`)."""
+        if fault == "crash":
+            lab.crash(target)
+        elif fault == "partition":
+            lab.partition(target)
+        elif fault == "ceph-cut":
+            lab.partition(target, only="ceph")
+        elif fault == "agent-stop":
+            lab.run_on_host(target, "pkill", "-STOP", "-f", "yasco_agent.py")
+        elif fault == "reboot":
+            lab.reboot(target)
+        elif fault == "qemu-kill":
+            lab.kill_qemu(target)
+        elif fault == "etcd-leader-stop":
+            target = self.etcd_leader()
+            lab.run_on_host(target, "pkill", "-STOP", "-x", "etcd")
+        run.note(f"{fault} {target}")
+        return target
+
+    def etcd_leader(self) -> str:
+        """The host whose etcd member leads, as the members say."""
+        for host, url in self.members.items():
+            status = member_status(url)
+            if status and status.get("leader") == status["header"]["member_id"]:
+                return host
+        raise ChaosError("no etcd member says it leads")
+
+    def recover(self, run: Run, fault: str, target: str) -> None:
+        if fault == "crash":
+            lab.boot(target)
+        elif fault in ("partition", "ceph-cut"):
+            lab.heal(target)
+        elif fault == "agent-stop":
+            lab.run_on_host(target, "pkill", "-CONT", "-f", "yasco_agent.py")
+        elif fault == "etcd-leader-stop":
+            lab.run_on_host(target, "pkill", "-CONT", "-x", "etcd")
+        else:
+            return  # over already: a reboot, a killed QEMU
+        run.note(f"{fault} {target} undone")
+
+    def episode(self, run: Run, index: int, episode: dict) -> None:
+        run.episode = index
+        run.note(f"episode {index}: {describe(episode)}")
+        undo: list[tuple[str, str]] = []
+        try:
+            if episode["fault"] == "overlap":
+                undo.append((episode["first"], self.inject(run, episode["first"],
+                                                           episode["target"])))
+                then = episode["then"]
+                time.sleep(then["after"])
+                undo.append((then["fault"], self.inject(run, then["fault"], then["target"])))
+                time.sleep(max(0.0, episode["hold"] - then["after"]))
+            else:
+                undo.append((episode["fault"], self.inject(run, episode["fault"],
+                                                           episode["target"])))
+                time.sleep(episode["hold"])
+        finally:
+            for fault, target in undo:
+                self.recover(run, fault, target)
+        recovered = time.monotonic()
+        took = self.wait_converged(run, recovered)
+        run.converged.append(took)
+        run.note(f"episode {index}: converged in {took:.0f} s" if took is not None
+                 else f"episode {index}: NOT converged")
+        self.check_writers(run)
+        self.check_etcd(run)
+
+    def run(self, schedule: list[dict], seed: int | None = None) -> Run:
+        run = Run(seed, schedule)
+        observer = threading.Thread(target=self.observe, args=(run,), daemon=True,
+                                    name="chaos-observer")
+        observer.start()
+        try:
+            for index, episode in enumerate(schedule, start=1):
+                self.episode(run, index, episode)
+        finally:
+            self.stopping.set()
+            observer.join(timeout=60)
+        return run
+
+
+# Running domains, and paused ones but those paused for a live migration (its source
+# or its destination, "starting up" until it resumes): they cannot write.
+_LIST_RUNNING = (
+    "virsh -q list --name --state-running; "
+    "for d in $(virsh -q list --name --state-paused); do "
+    "case \"$(virsh -q domstate --reason \"$d\")\" in "
+    "*migration*|*post-copy*|*starting*) ;; *) echo \"$d\" ;; esac; done; true")
+
+
+def writer_runs(records) -> list[tuple[str, int, int]]:
+    """A canary's writers in disk order: (writer, first seq, last seq)."""
+    runs: list[list] = []
+    for record in records:
+        if runs and runs[-1][0] == record.writer:
+            runs[-1][2] = record.seq
+        else:
+            runs.append([record.writer, record.seq, record.seq])
+    return [tuple(r) for r in runs]
+
+
+def last_seq(vm: str) -> int:
+    found = storage.canary_records(vm)
+    return found[-1].seq if found else -1
+
+
+def member_status(url: str) -> dict | None:
+    """An etcd member's own status (leader, database size), or None if it does not
+    answer within a few seconds."""
+    request = urllib.request.Request(f"{url}/v3/maintenance/status", data=b"{}",
+                                     method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5,
+                                    context=etcd.tls_context()) as reply:
+            return json.load(reply)
+    except (OSError, ValueError):
+        return None
+
+
+def report(run: Run, window: float = 30.0) -> str:
+    """The run's violations, each with the timeline around it, for the operator."""
+    lines = []
+    for v in run.violations:
+        lines.append(f"{v.invariant} in episode {v.episode} "
+                     f"({describe(run.schedule[v.episode - 1]) if v.episode else '-'}), "
+                     f"seed {run.seed}: {v.what}")
+        if v.evidence is not None:
+            lines.append(f"    seen: {v.evidence}")
+        for at, what in run.timeline:
+            if abs(at - v.at) <= window:
+                lines.append(f"    {time.strftime('%H:%M:%S', time.localtime(at))} {what}")
+    return "\n".join(lines)
+
+
+# What `yasco-lab chaos` provisions: canaries of every kind, sized so that a host's
+# failure needs the preemptible VMs' room (the demo's set).
+VMS = {
+    "ha-a": {"ha": True, "priority": 10, "memory_mb": 256},
+    "ha-b": {"ha": True, "priority": 10, "memory_mb": 256},
+    "ha-c": {"ha": True, "priority": 20, "memory_mb": 384},
+    "plain-a": {"memory_mb": 256},
+    "plain-b": {"memory_mb": 256},
+    "batch-a": {"preemptible": True, "memory_mb": 384},
+    "batch-b": {"preemptible": True, "memory_mb": 384},
+}
+
+
+def kinds(vms: dict[str, dict]) -> dict[str, str]:
+    return {name: "ha" if vm.get("ha") else "preemptible" if vm.get("preemptible")
+            else "plain" for name, vm in vms.items()}
+
+
+def start_watchers(log_dir: Path) -> list[subprocess.Popen]:
+    """A leading and a standby HA watcher (scripts/watch), each serving its metrics
+    where the lab's Prometheus scrapes it; once one leads."""
+    watchers = []
+    for index in range(2):
+        with (log_dir / f"watcher{index + 1}.log").open("ab") as out:
+            watchers.append(subprocess.Popen(
+                [str(layout.repo_root() / "scripts" / "watch")], cwd=layout.repo_root(),
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "METRICS": prometheus.watcher_listen(index)}))
+    key = etcd_keys.watchers_leader_key(cluster=layout.CLUSTER_NAME)
+    endpoints = [h["etcd_client_url"] for h in lab.status()["hosts"]]
+
+    def leading() -> bool:
+        if any(w.poll() is not None for w in watchers):
+            raise ChaosError(f"an HA watcher exited; its log is in {log_dir}")
+        with etcd_client(endpoints) as client:
+            return client.get(key) is not None
+    wait_until("an HA watcher to lead", leading, 120, every=0.5)
+    return watchers
+
+
+def stop_watchers(watchers: list[subprocess.Popen]) -> None:
+    for proc in watchers:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def main(seed: int | None, episodes: int, schedule_file: str | None,
+         converge: float) -> int:
+    """`yasco-lab chaos`: a fresh lab, the canaries provisioned and writing, two
+    watchers, the schedule applied and judged. The lab stays up afterwards."""
+    if schedule_file:
+        saved = json.loads(Path(schedule_file).read_text())
+        schedule, seed = saved["schedule"], saved.get("seed")
+    else:
+        seed = seed if seed is not None else random.SystemRandom().randrange(1, 10 ** 6)
+        schedule = None
+    logs = layout.state_dir() / "chaos"
+    logs.mkdir(parents=True, exist_ok=True)
+    print("Bringing a fresh lab up", flush=True)
+    if lab.status()["up"]:
+        lab.down(log=lambda _: None)
+    lab.up(3, log=lambda line: print(f"  {line}", flush=True))
+    inventory = Path(lab.status()["inventory"])
+    (inventory / "group_vars" / "all" / "chaos.yml").write_text(
+        "# The nemesis's VMs (yasco-lab chaos); removed with the lab.\n"
+        + yaml.safe_dump({"yasco_vms": VMS}, sort_keys=False))
+    for name in ("plan", "provision"):
+        _playbook(name, logs / "playbooks.log")
+    wait_until("every canary writing", lambda: all(
+        storage.canary_records(vm) for vm in VMS), 300, every=2)
+    hosts = [h["name"] for h in lab.status()["hosts"]]
+    ha_vms = sorted(n for n, kind in kinds(VMS).items() if kind == "ha")
+    schedule = schedule or draw(seed, episodes, hosts, ha_vms)
+    print(f"Seed {seed}: {len(schedule)} episodes", flush=True)
+    for index, episode in enumerate(schedule, start=1):
+        print(f"  {index:>2}. {describe(episode)}", flush=True)
+    watchers = start_watchers(logs)
+    try:
+        run = Nemesis(kinds(VMS), converge=converge).run(schedule, seed)
+    finally:
+        stop_watchers(watchers)
+    saved_to = save(run, logs)
+    took = [t for t in run.converged if t is not None]
+    print(f"\n{len(schedule)} episodes, {run.samples} samples, {run.checks} invariant "
+          f"checks, {len(run.violations)} violations; converged in "
+          + (f"{min(took):.0f} to {max(took):.0f} s" if took else "-")
+          + f". Replay: yasco-lab chaos --schedule {saved_to}")
+    if run.violations:
+        print(report(run), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _playbook(name: str, log: Path) -> None:
+    env = {**os.environ, "ANSIBLE_CONFIG": str(layout.repo_root() / "ansible.cfg"),
+           "ANSIBLE_NOCOLOR": "1"}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"),
+                           f"playbooks/{name}.yml"], cwd=layout.repo_root(), env=env,
+                          capture_output=True, text=True, check=False)
+    with log.open("a") as out:
+        out.write(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise ChaosError(f"playbooks/{name}.yml failed; its output is in {log}")
+
+
+def save(run: Run, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"chaos-{run.seed if run.seed is not None else 'schedule'}-" \
+                       f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(run.as_json(), indent=2) + "\n")
+    return path
+
