@@ -52,9 +52,10 @@ def cold_start_plan(status, vdm, items, without=None, cluster=etcd_keys.DEFAULT_
         raise AnsibleFilterError(f"cannot cold start: {err}") from err
 
 
-def stale_disk_locks(image_results):
-    """The disk locks no live client holds, from a loop of rbd_image_info results."""
-    return stale_locks((image_results or {}).get("results") or [])
+def stale_disk_locks(image_results, dead_at=None):
+    """The disk locks no live client holds, from a loop of rbd_image_info results;
+    those of clients on the addresses `dead_at` too."""
+    return stale_locks((image_results or {}).get("results") or [], list(dead_at or []))
 
 
 class FilterModule:

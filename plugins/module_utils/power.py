@@ -262,12 +262,15 @@ def _unfence(host: dict[str, Any], cluster: str) -> dict[str, Any]:
     return {"host": host["name"], **unfence(host["name"], host["fence"], cluster, [])}
 
 
-def stale_locks(images: list[dict[str, Any]]) -> dict[str, list[str]]:
+def stale_locks(images: list[dict[str, Any]], dead_at: list[str] | None = None
+                ) -> dict[str, list[str]]:
     """The disk locks nobody alive holds, from rbd_image_info results: a lock whose
-    client has the image open no longer. After a power loss the QEMUs that held them
-    are gone; a hypervisor's cephx user may not blocklist, which librbd would do to
-    take such a lock over, so the fencer blocklists those client instances (harmless,
-    they are dead) and breaks their locks first."""
+    client has the image open no longer, or whose client is on one of the addresses
+    `dead_at` (a host whose libvirt says the VM runs there no more: its QEMU is gone,
+    though the OSDs keep its watch for up to 30 s). After a power loss the QEMUs that
+    held them are gone; a hypervisor's cephx user may not blocklist, which librbd
+    would do to take such a lock over, so the fencer blocklists those client
+    instances (harmless, they are dead) and breaks their locks first."""
     addresses: list[str] = []
     names: list[str] = []
     for result in images:
@@ -278,7 +281,8 @@ def stale_locks(images: list[dict[str, Any]]) -> dict[str, list[str]]:
         # An exclusive lock may name its owner as a client id; the same lock is listed
         # again with the client's address among the lockers.
         held_by = [ceph.lock_address(lock) for lock in image.get("locks") or []]
-        dead = [a for a in held_by if CLIENT_ADDRESS.fullmatch(a or "") and a not in open_by]
+        dead = [a for a in held_by if CLIENT_ADDRESS.fullmatch(a or "") and (
+            a not in open_by or a.rsplit(":", 1)[0].strip("[]") in (dead_at or ()))]
         if dead:
             names.append(f"{image['pool']}/{image['name']}")
             addresses += [a for a in dead if a not in addresses]

@@ -23,7 +23,7 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
-    ACTIVE, images_of)
+    ACTIVE, ceph_addrs, images_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
     RebalanceError, fits, hypervisors_of, loads, plan_moves, sizes_of, wave_steps, waves)
 
@@ -97,7 +97,8 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     for move in moves:
         after[move["vm"]] = move["to"]
 
-    restart, waiting = _preempted_restarts(vms, vdm, by_name, hosts, after, host, cluster)
+    restart, waiting = _preempted_restarts(vms, vdm, by_name, hosts, after, host, cluster,
+                                           stale_names)
     # The disks whose locks the host's fenced clients may still hold.
     ran_here = (stale_names | {a["vm"] for a in autostart}
                 | {name for name, home in vdm["home"].items() if home == host})
@@ -114,6 +115,11 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         "waves": wave_steps(grouped, vms, cluster),
         "restart": restart,
         "waiting": waiting,
+        # What the VMs it starts need first: the locks their dead QEMUs of this host
+        # still hold broken (it ran them; libvirt there says they run no more).
+        "start_images": sorted({image for s in autostart + restart if s["vm"] in by_name
+                                for image in images_of(by_name[s["vm"]])}),
+        "addresses": ceph_addrs(here),
         "away": sorted(name for name, where in after.items()
                        if vdm["home"].get(name) == host and where != host),
     }
@@ -186,14 +192,16 @@ def _went_down_at(vm: dict[str, Any], host: str | None) -> bool:
             and vm.get("requested") in (None, "started"))
 
 
-def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
+def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster, stale=()):
     """The preemptible VMs to start at home, highest priority first, where their home
     is up and has room with every VM where it will be; and those that must wait. They
     are those stopped to make room, and those that went down with their home:
     recorded down there, or still recorded running there though they run nowhere (the
     host was back before its failure was acted on, as after a loss of etcd's quorum),
-    once their home is this host or one no longer fenced. Spare room they may use
-    again, once the HA VMs are back; never one requested stopped."""
+    once their home is this host or one no longer fenced. A copy the returning host
+    kept running while it was cut off is `stale`, destroyed first: it runs nowhere.
+    Spare room they may use again, once the HA VMs are back; never one requested
+    stopped."""
     sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
     load = loads(after, sizes, capacity)
@@ -205,8 +213,12 @@ def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster):
                 and (home == returning or not (hosts.get(home) or {}).get("fence"))
                 and (vdm.get("vms") or {}).get(vm["name"], {}).get("kind") == "preemptible")
 
+    def runs_nowhere(vm) -> bool:
+        return not [h for h in vm.get("running_on") or []
+                    if h != returning or vm["name"] not in stale]
+
     preempted = [vm for vm in vms.values()
-                 if not vm.get("running_on") and vm.get("requested") in (None, "started")
+                 if runs_nowhere(vm) and vm.get("requested") in (None, "started")
                  and ((vm.get("record") or {}).get("state") == vm_records.PREEMPTED
                       or went_down_at_home(vm))]
 

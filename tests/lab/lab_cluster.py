@@ -20,6 +20,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import layout, prometheus, storage
+from yasco_lab.chaos import writer_runs
 
 from ..ansible_run import ROOT, run_playbook
 
@@ -157,10 +158,4 @@ def stop_watcher(proc: subprocess.Popen) -> None:
 
 def writers(name: str) -> list[tuple[str, int, int]]:
     """The canary's writers in disk order: (writer, first seq, last seq)."""
-    runs: list[list] = []
-    for record in storage.canary_records(name):
-        if runs and runs[-1][0] == record.writer:
-            runs[-1][2] = record.seq
-        else:
-            runs.append([record.writer, record.seq, record.seq])
-    return [tuple(run) for run in runs]
+    return writer_runs(storage.canary_records(name))

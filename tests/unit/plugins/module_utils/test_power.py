@@ -161,3 +161,11 @@ def test_a_lock_whose_client_no_longer_has_the_image_open_is_stale():
     by_id = {"kind": "exclusive", "owner": "client.4242 auto 1", "mode": "1"}
     assert stale_locks([info("c", [exclusive, by_id], [])]) == {
         "addresses": ["10.0.0.3:0/333"], "images": ["yasco/c"]}
+    # A host back from a crash shorter than the OSDs' watch timeout: its dead QEMU's
+    # watch lingers, but libvirt there says the VM runs no more; another host's client
+    # with the image open is left alone.
+    lingering = info("d", [dead], ["10.0.0.1:0/111"])
+    assert stale_locks([lingering]) == {"addresses": [], "images": []}
+    assert stale_locks([lingering, info("b", [live], ["10.0.0.2:0/222"])],
+                       dead_at=["10.0.0.1"]) == {
+        "addresses": ["10.0.0.1:0/111"], "images": ["yasco/d"]}

@@ -220,6 +220,43 @@ def test_a_preemptible_vm_that_went_down_with_its_home_restarts_there_once_there
     assert [r["vm"] for r in done["restart"]] == ["batch"]
 
 
+def test_a_preemptible_vm_its_cut_off_home_kept_running_is_destroyed_then_restarted():
+    """Found by the nemesis (seed 1, episode 2): hv2 was partitioned, evacuated and
+    fenced, its preemptible VM recorded down while its copy ran on there, unable to
+    write. The return home destroyed that stale copy, and started the plain VM in
+    the same case afresh, but left the preemptible one down for good."""
+    cut_off = {"host": "hv2", "state": "down"}
+    gone = {**AFTER_EVACUATION, "batch": (cut_off, ["hv2"]),
+            "filler": ({"host": "hv2", "state": "down"}, ["hv2"])}
+    cluster = status(gone, fence=None)
+    for host in cluster["hypervisors"]:
+        host["fence"] = FENCE if host["name"] == "hv2" else None
+    done = plan(cluster, VDM, ITEMS, "hv2", "c1")
+    assert [s["vm"] for s in done["stale"]] == ["batch", "filler"]
+    assert [(r["vm"], r["host"], r["record"]["if_revision"]) for r in done["restart"]] == [
+        ("batch", "hv2", revision("batch"))]
+
+
+def test_the_disks_of_the_vms_a_return_starts_are_named_with_the_hosts_addresses():
+    """Found by the nemesis (seed 1, episode 4): hv2 crashed and booted again within its
+    lease, so nothing fenced it, and the QEMUs that died with it still held their
+    disks' locks; the return home started its plain and preemptible VMs again, and
+    they hung on their disks. The playbook breaks the locks of those dead clients
+    (power.stale_locks with these addresses) before it starts them."""
+    at_home = {n: ({"host": h, "state": "running"}, [h]) for n, h in VDM["home"].items()}
+    crashed = {**at_home, "batch": ({"host": "hv2", "state": "running"}, []),
+               "filler": ({"host": "hv2", "state": "running"}, [])}
+    cluster = status(crashed, fence=None)
+    for host in cluster["hypervisors"]:
+        host["registered"] = {"boot_id": "b2", "ceph_addrs": [f"10.1.0.{host['name'][-1]}"]}
+    items = [{**i, "autostart_on_home": i["name"] in ("plain", "filler")} for i in ITEMS]
+    done = plan(cluster, VDM, items, "hv2", "c1")
+    assert [a["vm"] for a in done["autostart"]] == ["filler"]
+    assert [r["vm"] for r in done["restart"]] == ["batch"]
+    assert done["start_images"] == ["vms/batch", "vms/filler"]
+    assert done["addresses"] == ["10.1.0.2"]
+
+
 def test_a_preemptible_vm_still_recorded_running_at_home_but_running_nowhere_restarts():
     """Its host crashed and came back before anything recorded it down, as when etcd
     lost its quorum meanwhile: it restarts at home once there is room, as one that
