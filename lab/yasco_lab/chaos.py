@@ -564,4 +564,3 @@ def save(run: Run, directory: Path) -> Path:
                        f"{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(run.as_json(), indent=2) + "\n")
     return path
-

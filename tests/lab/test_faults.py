@@ -88,7 +88,11 @@ def test_partition_cuts_the_host_off_from_etcd_and_ceph_and_heal_restores_it(lab
     finally:
         yasco_lab("heal", "hv2")
     assert states()["hv2"] == "running"
-    assert reaches("hv2", layout.ceph_address(), layout.CEPH_MON_PORT)
-    assert reaches("hv2", host(lab, "hv1")["address"], layout.ETCD_CLIENT_PORT)
+    # The port is up at once; on a loaded machine the first connection may take longer
+    # than the probe's 2 s (neighbour resolution after the cut).
+    wait_until(lambda: reaches("hv2", layout.ceph_address(), layout.CEPH_MON_PORT), 15,
+               "hv2 reaching Ceph's monitor again")
+    wait_until(lambda: reaches("hv2", host(lab, "hv1")["address"], layout.ETCD_CLIENT_PORT),
+               15, "hv2 reaching hv1's etcd again")
     wait_until(lambda: etcd.endpoint_health(host(lab, "hv2")["etcd_client_url"]), 15,
                "hv2's etcd member healthy again")

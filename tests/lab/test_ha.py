@@ -1105,4 +1105,3 @@ def test_a_seeded_nemesis_finds_no_violation(lab, ha):
     run = chaos.Nemesis(vms, converge=HOME).run(schedule, NEMESIS_SEED)
     assert not run.violations, chaos.report(run)
     assert len(run.converged) == 3 and run.samples > 30, run.as_json()
-
