@@ -45,7 +45,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
-from . import etcd, lab, layout, prometheus, storage
+from . import demo, etcd, lab, layout, prometheus, storage
 from .credentials import etcd_client
 from .errors import LabError
 from .waiting import wait_until
@@ -448,17 +448,9 @@ def report(run: Run, window: float = 30.0) -> str:
     return "\n".join(lines)
 
 
-# What `yasco-lab chaos` provisions: canaries of every kind, sized so that a host's
-# failure needs the preemptible VMs' room (the demo's set).
-VMS = {
-    "ha-a": {"ha": True, "priority": 10, "memory_mb": 256},
-    "ha-b": {"ha": True, "priority": 10, "memory_mb": 256},
-    "ha-c": {"ha": True, "priority": 20, "memory_mb": 384},
-    "plain-a": {"memory_mb": 256},
-    "plain-b": {"memory_mb": 256},
-    "batch-a": {"preemptible": True, "memory_mb": 384},
-    "batch-b": {"preemptible": True, "memory_mb": 384},
-}
+# What `yasco-lab chaos` provisions: the demo's canaries, of every kind, sized so that
+# a host's failure needs the preemptible VMs' room.
+VMS = demo.VMS
 
 
 def kinds(vms: dict[str, dict]) -> dict[str, str]:
@@ -488,12 +480,13 @@ def start_watchers(log_dir: Path) -> list[subprocess.Popen]:
     return watchers
 
 
-def stop_watchers(watchers: list[subprocess.Popen]) -> None:
+def stop_watchers(watchers: list[subprocess.Popen], timeout: float = 30) -> None:
+    """SIGTERM each watcher's process group, SIGKILL after `timeout` seconds."""
     for proc in watchers:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -520,7 +513,10 @@ def main(seed: int | None, episodes: int, schedule_file: str | None,
         "# The nemesis's VMs (yasco-lab chaos); removed with the lab.\n"
         + yaml.safe_dump({"yasco_vms": VMS}, sort_keys=False))
     for name in ("plan", "provision"):
-        _playbook(name, logs / "playbooks.log")
+        try:
+            demo.playbook(name, log=logs / "playbooks.log")
+        except demo.DemoError as err:
+            raise ChaosError(str(err)) from err
     wait_until("every canary writing", lambda: all(
         storage.canary_records(vm) for vm in VMS), 300, every=2)
     hosts = [h["name"] for h in lab.status()["hosts"]]
@@ -544,18 +540,6 @@ def main(seed: int | None, episodes: int, schedule_file: str | None,
         print(report(run), file=sys.stderr)
         return 1
     return 0
-
-
-def _playbook(name: str, log: Path) -> None:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(layout.repo_root() / "ansible.cfg"),
-           "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"),
-                           f"playbooks/{name}.yml"], cwd=layout.repo_root(), env=env,
-                          capture_output=True, text=True, check=False)
-    with log.open("a") as out:
-        out.write(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise ChaosError(f"playbooks/{name}.yml failed; its output is in {log}")
 
 
 def save(run: Run, directory: Path) -> Path:

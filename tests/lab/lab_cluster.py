@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.request
@@ -20,7 +19,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import layout, prometheus, storage
-from yasco_lab.chaos import writer_runs
+from yasco_lab.chaos import stop_watchers, writer_runs
 
 from ..ansible_run import ROOT, run_playbook
 
@@ -147,13 +146,7 @@ def wait_until_one_leads(lab: dict, watchers: list[subprocess.Popen]) -> None:
 
 
 def stop_watcher(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    stop_watchers([proc], timeout=20)
 
 
 def writers(name: str) -> list[tuple[str, int, int]]:
