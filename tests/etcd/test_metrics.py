@@ -129,13 +129,15 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
                    to_json({"state": "running", "host": "hv1"}))
     link = CuttableLink(etcd.url)
     listen = {"agent": f"127.0.0.1:{free_port()}", "watcher": f"127.0.0.1:{free_port()}"}
-    agent = start_agent(link.url, cluster, listen["agent"])
     source = RunningSource({"endpoints": [etcd.url], "cluster": cluster, "leader_ttl": LEADER_TTL,
                             "settle": 0.3, "hold_down": 600, "reconcile_interval": 0.5,
                             "metrics_listen": listen["watcher"], "name": "w1"})
-    prometheus = None
+    agent = prometheus = None
     try:
+        # The watcher reads the hosts before the agent registers, so that it sees the
+        # registration as host_up (a host already up when it starts is not news).
         wait_until_leading(source)
+        agent = start_agent(link.url, cluster, listen["agent"])
         assert wait_for(lambda: agent.lease, 10), "the agent did not register"
         prometheus = Prometheus(tmp_path, {"yasco-agent": listen["agent"],
                                            "yasco-watcher": listen["watcher"]})
@@ -184,8 +186,9 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
                                    end=f"{time.time():.3f}", step="1")["result"]
             assert found, f"dashboard panel {title}: {expr} has no data"
     finally:
-        agent.leaving.set()
-        agent.stopping.set()
+        if agent is not None:
+            agent.leaving.set()
+            agent.stopping.set()
         source.stop()
         link.close()
         if prometheus is not None:
