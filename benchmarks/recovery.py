@@ -1,7 +1,9 @@
 """Benchmark recovery on the lab: from a fault to the HA canary writing again, for the
-faults the HA reconciler handles and for a host crash, with the reconciler and, the
-baseline, with the watcher as it was before it (`yasco_reconcile_interval: 0`: host
-failures only).
+faults the HA reconciler handles and for a host crash, with the reconciler and the
+agents' restarts in place; with the reconciler alone (agents that restart nothing in
+place, `restart_in_place: 0`), for the faults the agents act on; and, the baseline,
+with the watcher as it was before the reconciler (`yasco_reconcile_interval: 0`: host
+failures only) and agents without their storage probe or restarts in place.
 
     make bench-recovery    # or: .venv/bin/python benchmarks/recovery.py [--runs 5]
 
@@ -14,6 +16,7 @@ canary or host in turn:
 - VM killed: SIGKILL to a canary's QEMU, its host alive (as the OOM killer does);
 - failed start: the same, on a host that can no longer start VMs (its libvirt
   secret for Ceph removed), so the restart in place fails and the VM is relocated;
+  these two run in the second mode too;
 - clean reboot: `yasco-lab reboot` of the canary's host;
 - host crash: `yasco-lab crash` of the canary's host, booted again afterwards;
 - cut from Ceph: `yasco-lab partition --from ceph` of the canary's host, etcd still
@@ -56,6 +59,14 @@ from yasco_lab.waiting import wait_until as wait  # noqa: E402
 
 FAULTS = ("guest panic", "VM killed", "failed start", "clean reboot", "host crash",
           "cut from Ceph")
+# The faults the agents' restarts in place act on: run with the reconciler alone too.
+IN_PLACE = ("VM killed", "failed start")
+# Each mode: the watcher's settings, the agents' (lab.restart_agent), and its faults.
+MODES = {
+    "reconciler": ({}, {"storage_probe": True, "restart_window": 20}, FAULTS),
+    "no agent restarts": ({}, {"storage_probe": True, "restart_in_place": 0}, IN_PLACE),
+    "baseline": ({"yasco_reconcile_interval": 0}, {"storage_probe": False}, FAULTS),
+}
 HOSTS = ("hv1", "hv2", "hv3")
 
 
@@ -137,9 +148,10 @@ def settle(inv: Path, names: list[str], homes: dict[str, str]) -> None:
     except LabError:
         for name in names:
             if where_running(name) is None:
+                record, revision = current_record(name)
                 steps = [{"action": "relocate", "vm": name, "from": homes[name],
                           "to": homes[name], "hosts": [], "preempt": [],
-                          "record": current_record(name), "revision": 0,
+                          "record": record, "revision": revision,
                           "reason": "started by hand"}]
                 playbook("recover_vm", inv, "-e", json.dumps({"yasco_recover": steps}))
         for name in names:
@@ -151,11 +163,13 @@ def settle(inv: Path, names: list[str], homes: dict[str, str]) -> None:
          every=1)
 
 
-def probe_agents(on: bool) -> None:
-    """Restart every agent with its storage probe, or without it (the baseline), and
-    wait until each has registered again saying which."""
+def restart_agents(settings: dict) -> None:
+    """Restart every agent with `settings` (lab.restart_agent's: with its storage probe
+    or without it, the baseline), and wait until each has registered again saying
+    which."""
+    on = settings["storage_probe"]
     for host in HOSTS:
-        lab_verbs.restart_agent(host, storage_probe=on)
+        lab_verbs.restart_agent(host, **settings)
 
     def registered() -> bool:
         with etcd_client(lab_status()["etcd_endpoints"]) as etcd:
@@ -173,10 +187,11 @@ def latest_seq(name: str) -> int:
     return found[-1].seq if found else -1
 
 
-def current_record(name: str) -> dict:
+def current_record(name: str) -> tuple[dict, int]:
+    """The VM's record and its revision, which a step must name (0: none)."""
     with etcd_client(lab_status()["etcd_endpoints"]) as etcd:
         kv = etcd.get(etcd_keys.vm_key(name, cluster=layout.CLUSTER_NAME))
-        return kv.json() if kv else {}
+        return (kv.json(), kv.mod_revision) if kv else ({}, 0)
 
 
 def watch(inv: Path, log: Path) -> subprocess.Popen:
@@ -204,9 +219,8 @@ def main() -> None:
     lab = lab_status()
     names = [f"rc{i}" for i in range(3)]
     homes = {name: HOSTS[i] for i, name in enumerate(names)}
-    modes = {"reconciler": {}, "baseline": {"yasco_reconcile_interval": 0}}
     results: dict[str, dict[str, list[float | None]]] = {
-        m: {f: [] for f in faults} for m in modes}
+        m: {f: [] for f in faults} for m in MODES}
     with tempfile.TemporaryDirectory(prefix="yasco-recovery-") as scratch:
         inv = lab_inventory(lab, Path(scratch) / "inventory",
                             {n: {"ha": True, "home": homes[n]} for n in names}, 8192)
@@ -214,15 +228,15 @@ def main() -> None:
         playbook("provision", inv)
         try:
             settle(inv, names, homes)
-            for mode, settings in modes.items():
+            for mode, (settings, agents, its_faults) in MODES.items():
                 # Restarts counted within 20 s only: each run is a first failure.
                 (inv / "group_vars" / "all" / "bench.yml").write_text(yaml.safe_dump(
                     {"yasco_recovery": {"window": 20}, **settings}))
-                probe_agents(mode == "reconciler")
-                watcher = watch(inv, Path(scratch) / f"{mode}.log")
+                restart_agents(agents)
+                watcher = watch(inv, Path(scratch) / f"{mode.replace(' ', '-')}.log")
                 try:
-                    runs = args.runs if mode == "reconciler" else args.baseline_runs
-                    for fault in faults:
+                    runs = args.baseline_runs if mode == "baseline" else args.runs
+                    for fault in (f for f in faults if f in its_faults):
                         for index in range(runs):
                             name = names[index % len(names)]
                             took = one_run(fault, name, args.give_up)
@@ -236,17 +250,18 @@ def main() -> None:
                 finally:
                     stop(watcher)
         finally:
-            probe_agents(True)
+            restart_agents({"storage_probe": True})
             clean_up(inv, names)
     print(f"\nSeconds from the fault to the HA canary writing again from a new copy, median "
-          f"(min-max) of {args.runs} runs with the reconciler, and {args.baseline_runs} "
-          f"without it (the watcher before it: host failures only), 'never' when nothing "
-          f"within {args.give_up:g} s; agent ttl {hypervisor.AGENT_TTL:g} s, TCG guests "
-          "on a 2-core machine.")
-    print(f"{'fault':<14} {'reconciler':>20} {'baseline':>20}")
+          f"(min-max) of {args.runs} runs with the reconciler and the agents' restarts in "
+          f"place, {args.runs} with the reconciler alone (agents restart nothing), and "
+          f"{args.baseline_runs} without either (the watcher before the reconciler: host "
+          f"failures only), 'never' when nothing within {args.give_up:g} s; agent ttl "
+          f"{hypervisor.AGENT_TTL:g} s, TCG guests on a 2-core machine.")
+    print(f"{'fault':<14} " + " ".join(f"{mode:>22}" for mode in MODES))
     for fault in faults:
-        print(f"{fault:<14} {spread(results['reconciler'][fault]):>20} "
-              f"{spread(results['baseline'][fault]):>20}")
+        print(f"{fault:<14} " + " ".join(f"{spread(results[mode][fault]):>22}"
+                                         for mode in MODES))
 
 
 def spread(values: list[float | None]) -> str:

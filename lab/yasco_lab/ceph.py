@@ -14,11 +14,13 @@ import time
 import uuid
 from pathlib import Path
 
+from ansible_collections.yasco.cluster.plugins.module_utils import agent_restart
+
 from . import pki
 from .errors import LabError
 from .layout import (CEPH_FENCE_CLIENT, CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL,
-                     CEPH_PROVISION_CLIENT, ceph_address, ceph_admin_keyring_path,
-                     ceph_conf_path, ceph_dir, ceph_keyring_path)
+                     CEPH_PROVISION_CLIENT, HostLayout, ceph_address,
+                     ceph_admin_keyring_path, ceph_conf_path, ceph_dir, ceph_keyring_path)
 from .node import Node
 
 MEMSTORE_BYTES = 1 << 30
@@ -28,6 +30,9 @@ MEMSTORE_BYTES = 1 << 30
 # them blocklist (a whole host's address, even), which only the fencer may. So a
 # hypervisor cannot take over the disk lock of a client that died holding it; the
 # evacuation's fencer breaks such locks, after blocklisting the dead client's host.
+# Each host's agent has a user of its own, which may blocklist its own host's client
+# instances, one at a time, and nothing else (agent_restart.ceph_caps): it restarts
+# in place a VM whose QEMU died there.
 _RBD_POOL = f"profile rbd pool={CEPH_POOL}"
 CEPH_CAPS = {
     CEPH_HYPERVISOR_CLIENT: ("mon", "allow r", "osd", _RBD_POOL),
@@ -37,6 +42,12 @@ CEPH_CAPS = {
                                'allow command "osd blocklist ls"', "osd", _RBD_POOL),
 }
 PG_NUM = 8
+
+
+def agent_users(hosts: list[HostLayout]) -> dict[str, tuple[str, ...]]:
+    """Each host's agent's cephx user and its caps."""
+    return {agent_restart.ceph_user(h.name): agent_restart.ceph_caps([h.address], CEPH_POOL)
+            for h in hosts}
 
 
 def mon_host() -> str:
@@ -108,8 +119,9 @@ keyring = {root}/osd/$cluster-$id/keyring
 class CephBootstrap:
     """Creates the cluster inside `node` and writes the controller's and hypervisors' keys."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Node, hosts: list[HostLayout]) -> None:
         self.node = node
+        self.hosts = hosts
         self.root = ceph_dir()
         # The file must be named ceph.conf: Ceph takes the cluster name from it.
         self.daemon_conf = self.root / "daemon" / "ceph.conf"
@@ -174,7 +186,7 @@ class CephBootstrap:
         self.ceph("osd", "pool", "create", CEPH_POOL, str(PG_NUM))
         self.ceph("osd", "pool", "set", CEPH_POOL, "size", "1", "--yes-i-really-mean-it")
         self._tool("rbd", "-c", str(ceph_conf_path()), "pool", "init", CEPH_POOL)
-        for client, caps in CEPH_CAPS.items():
+        for client, caps in {**CEPH_CAPS, **agent_users(self.hosts)}.items():
             pki.write_private(ceph_keyring_path(client),
                               self.ceph("auth", "get-or-create", f"client.{client}", *caps))
 

@@ -161,7 +161,8 @@ def describe(event: dict) -> str:
     texts = {"fenced": f"{host} fenced off Ceph (blocklisted, its locks broken)",
              "preempted": f"{vm} stopped on {host} to make room",
              "evacuated": f"{vm} started on {host}",
-             "restarted": f"{vm} started again on {host}",
+             "restarted": f"{vm} started again on {host}" + (
+                 " by its agent" if event.get("by") == "agent" else ""),
              "unfenced": f"{host}'s fence lifted",
              "stale-destroyed": f"stale copy of {vm} destroyed on {host}",
              "migrated": f"{vm} live-migrated to {host}",
@@ -212,8 +213,9 @@ def narrate_kill(etcd, vdm: dict, avoid: str, inbox: Inbox) -> None:
         return True
 
     wait_until(f"{victim} to write again", writing_again, 180, every=0.2)
-    wait_until("the recovery's notification", lambda: "recovery" in inbox.events(), 60,
-               every=0.5)
+    # The host's agent restarts it (vm_restarted); the reconciler, when the agent does not.
+    wait_until("the restart's notification",
+               lambda: {"vm_restarted", "recovery"} & set(inbox.events()), 60, every=0.5)
 
 
 def narrate_failover(etcd, vdm: dict, host: str, log: Path) -> dict[str, dict]:

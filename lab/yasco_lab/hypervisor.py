@@ -16,14 +16,14 @@ import time
 import uuid
 from pathlib import Path
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
+from ansible_collections.yasco.cluster.plugins.module_utils import agent_restart, etcd_access
 
 from . import credentials, etcd, pki, prometheus, watchdog
 from .ceph import client_conf, secret_key
 from .errors import LabError
 from .layout import (CEPH_HYPERVISOR_CLIENT, CEPH_POOL, CEPH_SECRET_UUID, CLUSTER_NAME,
-                     HostLayout, ceph_hypervisor_keyring_path, known_hosts_path,
-                     ssh_key_path)
+                     HostLayout, ceph_hypervisor_keyring_path, ceph_keyring_path,
+                     known_hosts_path, ssh_key_path)
 from .node import Node
 
 # (directory under the host's root, where the host sees it)
@@ -122,6 +122,10 @@ def _write_ceph_conf(host: HostLayout, fsid: str) -> None:
     etc = host.root / "etc-ceph"
     keyring = etc / f"ceph.client.{CEPH_HYPERVISOR_CLIENT}.keyring"
     pki.write_private(keyring, ceph_hypervisor_keyring_path().read_text())
+    # The agent's own user: its storage probe, and its restarts in place.
+    agent = agent_restart.ceph_user(host.name)
+    pki.write_private(etc / f"ceph.client.{agent}.keyring",
+                      ceph_keyring_path(agent).read_text())
     (etc / "ceph.conf").write_text(client_conf(fsid, f"/etc/ceph/{keyring.name}",
                                                give_up=False))
 
@@ -223,29 +227,33 @@ def agent_service_commands(host: HostLayout) -> dict[str, str]:
     SSH), as `systemctl start|stop yasco-agent` does on a real one: the lab has no
     systemd. A stop is graceful (SIGTERM): the agent marks maintenance first."""
     command = _agent_command(host)
-    agent = shlex.quote(shlex.join(command[2:]))
+    # The script and its configuration, to the end of the command line: whichever
+    # interpreter path started it (the venv's python or python3.11).
+    agent = shlex.quote(" " + shlex.join(command[3:]) + "$")
     log = shlex.quote(str(agent_log_path(host)))
     return {"start": f"setsid -f {shlex.join(command)} >> {log} 2>&1 < /dev/null",
             # Then SIGKILL once systemd's TimeoutStopSec would be over, and say so.
-            "stop": f"pkill -TERM -f -x {agent}; t=0; "
-                    f"while pgrep -f -x {agent} >/dev/null; do "
+            "stop": f"pkill -TERM -f {agent}; t=0; "
+                    f"while pgrep -f {agent} >/dev/null; do "
                     f"if [ $t -ge {AGENT_STOP_TIMEOUT * 5} ]; then "
                     f"echo 'yasco-agent did not stop within {AGENT_STOP_TIMEOUT} s: killed;"
                     f" its log ends:' >&2; tail -n 30 {log} >&2; "
-                    f"pkill -KILL -f -x {agent}; exit 1; fi; "
+                    f"pkill -KILL -f {agent}; exit 1; fi; "
                     "t=$((t + 1)); sleep 0.2; done",
             # A crash of the agent's, as systemd would restart it after.
-            "kill": f"pkill -KILL -f -x {agent}; "
-                    f"while pgrep -f -x {agent} >/dev/null; do sleep 0.1; done"}
+            "kill": f"pkill -KILL -f {agent}; "
+                    f"while pgrep -f {agent} >/dev/null; do sleep 0.1; done"}
 
 
 def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
-                with_watchdog: bool = False, storage_probe: bool = True) -> None:
+                with_watchdog: bool = False, storage_probe: bool = True, **settings) -> None:
     """Write the host's agent configuration and start the agent (not waiting); with
     the host's emulated hardware watchdog armed if asked. The lab's agents run without
     it unless a test asks: a lab host reset whenever its agent stalls on this loaded
     machine would make every test a watchdog test. Without `storage_probe`, the agent
-    is as it was before it had one (a benchmark's baseline)."""
+    is as it was before it had one, and restarts nothing in place (a benchmark's
+    baseline); `settings` of its configuration go over the lab's."""
+    agent = agent_restart.ceph_user(host.name)
     others = [h.etcd_client_url for h in cluster if h.name != host.name]
     user = credentials.EtcdUser(etcd_access.agent_role(host.name))
     config = {"host": host.name, "cluster": CLUSTER_NAME, "ttl": AGENT_TTL,
@@ -254,9 +262,11 @@ def start_agent(node: Node, host: HostLayout, cluster: list[HostLayout], *,
               "shutdown_timeout": 3,
               "metrics_listen": prometheus.agent_listen(host),
               "ceph_conf": "/etc/ceph/ceph.conf" if storage_probe else "",
-              "ceph_client": CEPH_HYPERVISOR_CLIENT, "ceph_pool": CEPH_POOL,
+              "ceph_client": agent, "ceph_keyring": f"/etc/ceph/ceph.client.{agent}.keyring",
+              "ceph_pool": CEPH_POOL,
               "storage_grace": AGENT_STORAGE_GRACE,
               **user.options([host.etcd_client_url, *others])}
+    config.update(settings)
     if with_watchdog:
         config.update(watchdog_device=watchdog.WATCHDOG_PATH,
                       watchdog_timeout=watchdog.TIMEOUT)

@@ -188,7 +188,7 @@ def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
         state.remember(ceph_node)
         state.save()
         node.attach(ceph_node, veth_name(CEPH_NODE), ceph_address(), PREFIX_LEN, CEPH_NODE)
-        state.ceph_fsid = ceph.CephBootstrap(ceph_node).run()
+        state.ceph_fsid = ceph.CephBootstrap(ceph_node, hosts).run()
         log(f"starting hypervisors {', '.join(h.name for h in hosts)} "
             "(etcd member, libvirtd, sshd)")
         nodes = {}
@@ -435,12 +435,14 @@ def ceph_secret(name: str, present: bool) -> None:
             n.run("virsh", "-q", "secret-undefine", CEPH_SECRET_UUID, check=False)
 
 
-def restart_agent(name: str, storage_probe: bool = True) -> None:
+def restart_agent(name: str, storage_probe: bool = True, **settings) -> None:
     """Kill the host's agent, as a crash would, and start it again as systemd would,
-    with or without its storage probe (not waiting for it to register)."""
+    with or without its storage probe and with `settings` of its configuration over
+    the lab's (not waiting for it to register)."""
     with _host_verb(name, running=True) as (state, host, n):
         n.run("sh", "-ec", hypervisor.agent_service_commands(host)["kill"], timeout=30)
-        hypervisor.start_agent(n, host, state.layouts(), storage_probe=storage_probe)
+        hypervisor.start_agent(n, host, state.layouts(), storage_probe=storage_probe,
+                               **settings)
 
 
 def kill_qemu(vm: str) -> None:

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The Ceph adapter: cluster connections, RBD images and storage fencing.
 
-Built on Debian's `rados` and `rbd` bindings (they are not on PyPI). Every failure
+It imports nothing of Ansible (the host agent uses it on hypervisors); the modules'
+shared options are in ceph_module.py. Built on Debian's `rados` and `rbd` bindings (they are not on PyPI). Every failure
 leaves here as a CephError whose message names the cluster, pool, image or address
 and says what to do.
 
@@ -32,8 +33,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from ansible.module_utils.basic import env_fallback
-
 try:
     import rados
     import rbd
@@ -44,14 +43,6 @@ else:
     CEPH_IMPORT_ERROR = None
 CEPH_REQUIREMENT = "rados and rbd (Debian: python3-rados, python3-rbd)"
 
-CEPH_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
-    "conf": {"type": "path", "default": "/etc/ceph/ceph.conf",
-             "fallback": (env_fallback, ["YASCO_CEPH_CONF"])},
-    "client": {"type": "str", "default": "admin",
-               "fallback": (env_fallback, ["YASCO_CEPH_CLIENT"])},
-    "keyring": {"type": "path", "fallback": (env_fallback, ["YASCO_CEPH_KEYRING"])},
-    "ceph_timeout": {"type": "float", "default": 10.0},
-}
 
 # Ceph 16 blocklists one address per entry; an entry for IP:0/0 covers every client
 # on that IP. Ranges (Ceph 17) are expanded into addresses up to this many.
@@ -214,7 +205,7 @@ def _json_values(text: str) -> list[Any]:
 
 
 def connect(params: dict[str, Any]) -> Cluster:
-    """A connection from the options of CEPH_ARGUMENT_SPEC."""
+    """A connection from the options of ceph_module.CEPH_ARGUMENT_SPEC."""
     return Cluster(params["conf"], params["client"], params.get("keyring"),
                    params["ceph_timeout"])
 

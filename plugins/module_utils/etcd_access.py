@@ -6,8 +6,9 @@
 One role per kind of client, each allowed what it needs and no more
 (docs/security.md explains why each grant is there):
 
-    yasco-agent-<host>  read and write hosts/<host>/ alone, read fences/<host> and
-                        ha/disarmed, and add to history/ (its self-fences)
+    yasco-agent-<host>  read and write hosts/<host>/ alone, read hosts/, fences/<host>,
+                        ha/disarmed, vms/ and requested/, and add to history/ (its
+                        self-fences, its restarts in place)
     yasco-watcher       read the cluster; write watchers/ (its leader lease) and
                         hosts/ (it ends a silent agent's lease, which etcd allows only
                         to whoever may write the keys bound to it)
@@ -67,8 +68,13 @@ def roles(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[st
             # itself, one of many does not (module_utils/storage_probe.py).
             Grant("read", etcd_keys.hosts_prefix(cluster=cluster), True),
             Grant("read", etcd_keys.fence_key(host, cluster=cluster), False),
-            # Disarmed in freeze mode, it does not self-fence.
+            # Disarmed in freeze mode, it does not self-fence; disarmed, it restarts
+            # nothing in place.
             Grant("read", etcd_keys.disarmed_key(cluster=cluster), False),
+            # A VM's record and requested state say whether it restarts one in place
+            # (module_utils/agent_restart.py).
+            Grant("read", etcd_keys.vms_prefix(cluster=cluster), True),
+            Grant("read", etcd_keys.requested_prefix(cluster=cluster), True),
             Grant("readwrite", etcd_keys.history_prefix(cluster=cluster), True),
         ] for host in hosts}
     result[WATCHER_ROLE] = [

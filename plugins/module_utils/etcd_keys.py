@@ -10,6 +10,8 @@ writes each key, which are bound to a lease and which change only by compare-and
     hosts/<host>/alive            the host agent runs (bound to the agent's lease)
     hosts/<host>/maintenance      the host is in maintenance
     hosts/<host>/domains/<vm>     a domain runs on the host (bound to the agent's lease)
+    hosts/<host>/restarts/<vm>    the host's agent restarts, or restarted, the VM in
+                                  place (bound to the agent's lease)
     vms/<vm>                      where a VM is and in what state (compare-and-swap only)
     requested/<vm>                the state an operator asks for the VM (absent: started)
     fences/<host>                 the host was fenced
@@ -34,7 +36,7 @@ HISTORY_DIGITS = 20
 
 # The records of hosts/<host>/, each named after its kind.
 HOST_RECORDS = ("registered", "alive", "maintenance")
-KINDS = ("registered", "alive", "maintenance", "domain", "vm", "requested", "fence",
+KINDS = ("registered", "alive", "maintenance", "domain", "restart", "vm", "requested", "fence",
          "vdm_version", "vdm_ha", "history", "disarmed")
 
 
@@ -118,6 +120,15 @@ def domain_key(host: str, vm: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{domains_prefix(host, cluster=cluster)}{_name('VM', vm)}"
 
 
+def restarts_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The VMs the host's agent restarts, or restarted, in place (agent_restart.py)."""
+    return f"{host_prefix(host, cluster=cluster)}restarts/"
+
+
+def restart_key(host: str, vm: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    return f"{restarts_prefix(host, cluster=cluster)}{_name('VM', vm)}"
+
+
 def vms_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}vms/"
 
@@ -193,6 +204,8 @@ def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
         return ParsedKey(parts[2], parts[1])
     if len(parts) == 4 and parts[0] == "hosts" and parts[2] == "domains":
         return ParsedKey("domain", parts[1], parts[3])
+    if len(parts) == 4 and parts[0] == "hosts" and parts[2] == "restarts":
+        return ParsedKey("restart", parts[1], parts[3])
     if len(parts) == 2 and parts[0] == "vms":
         return ParsedKey("vm", None, parts[1])
     if len(parts) == 2 and parts[0] == "requested":

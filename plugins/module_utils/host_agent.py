@@ -30,7 +30,10 @@ Three threads, each with its own connections, so that none waits on another:
   registers again (new lease) once etcd answers after a loss; it never starts VMs;
 - fencer: watches the deadline on the monotonic clock and talks to libvirt only;
 - publisher: keeps hosts/<host>/domains/ equal to what libvirt runs, woken by libvirt
-  domain events and every `reconcile` seconds.
+  domain events and every `reconcile` seconds;
+- restarter: restarts in place an HA VM whose domain stopped for a failure, when its
+  record and requested state say it must run here (agent_restart.py);
+- storage_prober: reaches Ceph every PROBE_EVERY seconds (storage_probe.py).
 
 Imports nothing of Ansible: it runs on hypervisors from the collection's
 module_utils, started by roles/agent/files/yasco_agent.py, which the role
@@ -40,11 +43,13 @@ yasco.cluster.agent installs.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import os
+import queue
 import socket
 import subprocess
 import threading
@@ -52,7 +57,7 @@ import time
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import (
-    cluster_events, etcd_keys, hw_watchdog, metrics, storage_probe)
+    agent_restart, cluster_events, etcd_keys, hw_watchdog, metrics, storage_probe)
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
     EtcdClient, EtcdError, NoSpace, json_or_none, to_json)
@@ -86,6 +91,8 @@ SHUTDOWN_INTENT_FILE = "/run/yasco-agent/shutdown"
 # may take before it counts as not reached, in seconds.
 PROBE_EVERY = 2.0
 PROBE_TIMEOUT = 5.0
+# How often the restarter forgets restarts older than restart_window, in seconds.
+FORGET_EVERY = 5.0
 
 
 class ConfigError(Exception):
@@ -139,6 +146,15 @@ class AgentConfig:
     ceph_client: str = "admin"
     ceph_pool: str = "rbd"
     storage_grace: float = 30.0
+    # The client's keyring, when not the one ceph_conf names. Restarts in place
+    # (agent_restart.py) need a client that may blocklist this host's own client
+    # instances (docs/security.md).
+    ceph_keyring: str = ""
+    # Restarts in place of a VM by the agent within restart_window, before the HA
+    # watcher's reconciler relocates it; 0 leaves every restart to the reconciler.
+    # They need ceph_conf.
+    restart_in_place: int = 1
+    restart_window: float = 600.0
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> AgentConfig:
@@ -163,7 +179,7 @@ class AgentConfig:
             raise ConfigError(f"{where}: shutdown_policy {self.shutdown_policy!r}: must be one "
                               f"of {', '.join(SHUTDOWN_POLICIES)}")
         for name in ("ttl", "margin", "reconcile", "keepalive", "fence_wait",
-                     "shutdown_timeout", "migrate_timeout", "storage_grace"):
+                     "shutdown_timeout", "migrate_timeout", "storage_grace", "restart_window"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{where}: {name} must be a positive number of seconds, "
@@ -195,6 +211,10 @@ class AgentConfig:
             raise ConfigError(f"{where}: storage_grace {self.storage_grace} must be at least "
                               f"{PROBE_EVERY + PROBE_TIMEOUT:g} s, a probe's interval and "
                               "timeout, or one slow answer from Ceph fences the host")
+        if isinstance(self.restart_in_place, bool) or not isinstance(
+                self.restart_in_place, int) or self.restart_in_place < 0:
+            raise ConfigError(f"{where}: restart_in_place {self.restart_in_place!r} must be a "
+                              "whole number of restarts, 0 for none")
         if self.metrics_listen:
             try:
                 metrics.parse_listen(self.metrics_listen, f"{where}: metrics_listen")
@@ -316,6 +336,18 @@ class Agent:
         self.storage_fence = False
         self.storage_fenced_at = 0.0
         self.storage_said = storage_probe.OK
+        # HA disarmed in any mode, as last read: the agent restarts nothing then.
+        self.disarmed = False
+        # The HA domains that stopped for a failure, (name, why), for the restarter;
+        # and how many it restarted.
+        self.stopped: queue.Queue = queue.Queue()
+        self.restarted = 0
+        self.in_place = agent_restart.InPlace(
+            config.host, config.cluster, config.ceph_addrs or [config.address],
+            {"conf": config.ceph_conf, "client": config.ceph_client,
+             "keyring": config.ceph_keyring or None, "ceph_timeout": PROBE_TIMEOUT},
+            agent_restart.Budget(config.restart_in_place, config.restart_window),
+            clock) if config.ceph_conf and config.restart_in_place else None
 
     def _client(self) -> EtcdClient:
         c = self.config
@@ -497,7 +529,7 @@ class Agent:
         c = self.config
         try:
             probe = storage_probe.Probe(c.ceph_conf, c.ceph_client, c.ceph_pool,
-                                        PROBE_TIMEOUT)
+                                        PROBE_TIMEOUT, c.ceph_keyring)
         except storage_probe.ProbeError as err:
             LOG.critical("NO STORAGE PROBE: %s", err)
             return
@@ -522,6 +554,7 @@ class Agent:
         found = etcd.get(self.keys["disarmed"])
         flag = json_or_none(found.value) if found is not None else None
         frozen = isinstance(flag, dict) and flag.get("mode") == "freeze"
+        self.disarmed = found is not None
         if frozen != self.frozen:
             LOG.warning("HA %s: %s", "FROZEN" if frozen else "no longer frozen",
                         "losing etcd destroys no HA VM here" if frozen
@@ -704,7 +737,65 @@ class Agent:
         if event == lv.libvirt.VIR_DOMAIN_EVENT_CRASHED:
             self._note_crash(dom.name(), CRASH_DETAILS.get(
                 detail, f"crashed (libvirt detail {detail})"))
+        elif (event == agent_restart.VIR_DOMAIN_EVENT_STOPPED and self.in_place is not None
+              and detail in agent_restart.STOP_REASONS):
+            self.stopped.put((dom.name(), agent_restart.STOP_REASONS[detail]))
         self.wake_publisher.set()
+
+    def restarter(self) -> None:
+        """Restart in place the HA domains that stopped for a failure, while this host
+        is fit to run them (agent_restart.py); forget restarts older than the window."""
+        etcd = self._client()
+        while not self.stopping.is_set():
+            try:
+                vm, why = self.stopped.get(timeout=FORGET_EVERY)
+            except queue.Empty:
+                self._forget_restarts(etcd)
+                continue
+            self.stopping.wait(agent_restart.SETTLE)
+            unfit = self.unfit()
+            if unfit:
+                LOG.info("%s stopped (%s): not restarted here: %s", vm, why, unfit)
+                continue
+            with self.lock:
+                lease = self.lease
+            try:
+                # A connection per restart: they are rare, and none outlives a failure.
+                with contextlib.closing(lv.connect(self.config.libvirt_uri)) as conn:
+                    restarted = self.in_place.restart(etcd, conn, vm, why, lease)
+            except (EtcdError, lv.LibvirtAdapterError, lv.libvirt.libvirtError) as err:
+                LOG.warning("%s stopped (%s): not restarted here: %s", vm, why, err)
+                continue
+            if restarted:
+                with self.lock:
+                    self.restarted += 1
+                self.wake_publisher.set()
+        etcd.close()
+
+    def unfit(self) -> str | None:
+        """Why this host may start no VM now (its lease, a self-fence, a stop, Ceph out
+        of reach, HA disarmed), or None."""
+        with self.lock:
+            if not self.lease or self.disconnected:
+                return "no lease held (self-fenced, or not registered)"
+            if self.clock() >= self.last_ok + self.config.ttl - self.config.margin:
+                return "its lease is about to be given up"
+            if self.storage_fence:
+                return "cut off from Ceph"
+        if self.leaving.is_set():
+            return "the agent is stopping"
+        if self.storage_state() == storage_probe.LOST:
+            return "cut off from Ceph"
+        if self.disarmed:
+            return "HA is disarmed"
+        return None
+
+    def _forget_restarts(self, etcd: EtcdClient) -> None:
+        for vm in self.in_place.budget.expired(self.clock()):
+            try:
+                etcd.delete(self.in_place.key(vm))
+            except EtcdError as err:  # bound to the lease: gone with it at worst
+                LOG.warning("%s: cannot forget its restarts: %s", vm, err)
 
     def watchdog_event(self, dummy_conn, dom, action: int, dummy_opaque) -> None:
         """libvirt's watchdog callback: the guest's watchdog device expired (a hung
@@ -773,6 +864,7 @@ class Agent:
             held = bool(self.lease)
             age = self.clock() - self.last_ok
             frozen, fences, destroyed = self.frozen, self.fence_count, self.fenced_domains
+            restarted = self.restarted
         domains = metrics.gauge("agent_domains", "Domains running here, by kind and state.")
         for (kind, state), count in sorted(collections.Counter(self.domains.values()).items()):
             domains.add(count, host=host, kind=kind, state=state)
@@ -795,6 +887,8 @@ class Agent:
                             fences, host=host),
             metrics.counter("agent_self_fenced_domains", "HA domains the self-fences "
                             "destroyed since the agent started.", destroyed, host=host),
+            metrics.counter("agent_restarts_in_place", "HA VMs the agent restarted in place "
+                            "since it started (restart_in_place).", restarted, host=host),
             metrics.gauge("agent_ha_frozen", "1 while HA is disarmed in freeze mode: losing "
                           "etcd destroys no HA VM here.", int(frozen), host=host),
             metrics.gauge("agent_etcd_full", "1 while etcd refuses the agent's writes "
@@ -813,7 +907,8 @@ class Agent:
         _start_libvirt_event_loop()
         threads = [threading.Thread(target=target, name=target.__name__, daemon=True)
                    for target in (self.heartbeat, self.fencer, self.publisher,
-                                  *([self.storage_prober] if self.config.ceph_conf else []))]
+                                  *([self.storage_prober] if self.config.ceph_conf else []),
+                                  *([self.restarter] if self.in_place else []))]
         for thread in threads:
             thread.start()
         notify_systemd("READY=1")

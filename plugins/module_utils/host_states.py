@@ -126,6 +126,9 @@ class HostStates:
 
     def _change(self, change: Any, now: float) -> list[Report]:
         kv = change.kv
+        restart = etcd_keys.parse_key(kv.key, cluster=self.cluster)
+        if restart is not None and restart.kind == "restart":
+            return self._restarted(restart, change)
         parsed = self.parse(kv.key)
         if parsed is None:
             return []
@@ -168,6 +171,20 @@ class HostStates:
                         change.previous is None and etcd_keys.asks_migration(record)):
                 return [Report("maintenance", [host], {"marker": record})]
         return []
+
+    def _restarted(self, parsed: etcd_keys.ParsedKey, change: Any) -> list[Report]:
+        """A host's agent restarted a VM in place (agent_restart.py): news for the
+        operators, once per restart (it writes restarting, then restarted)."""
+        if change.kind == "DELETE" or (self.only and parsed.host not in self.only):
+            return []
+        record = json_or_none(change.kv.value)
+        before = json_or_none(change.previous.value) if change.previous is not None else None
+        if not isinstance(record, dict) or record.get("state") != "restarted" or (
+                isinstance(before, dict) and before.get("state") == "restarted"
+                and before.get("count") == record.get("count")):
+            return []
+        return [Report("vm_restarted", [parsed.host], {
+            "vm": parsed.vm, "reason": record.get("reason", ""), "count": record.get("count")})]
 
     # -- what is due ----------------------------------------------------------------
 

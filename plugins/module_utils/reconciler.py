@@ -238,7 +238,9 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
 
     `observed` is one consistent read of etcd: `hosts` (name -> alive, maintenance,
     fenced), `domains` (host -> VM -> state, as its agent publishes them), `records`
-    (VM -> (record, mod_revision)), `requested` (VM -> state), `vdm` (the applied
+    (VM -> (record, mod_revision)), `requested` (VM -> state), `restarts` (VM -> host
+    -> what that host's agent says of its restarts in place of the VM: `state`
+    restarting, restarted or declined, and `count` within its window), `vdm` (the applied
     VDM's HA view: `vms` with kind, priority, home, chain and sizes, `hosts` with
     capacities) and `disarmed` (bool).
     """
@@ -334,6 +336,16 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 wake.append(memory.stranded_since[vm] + policy.evacuation_timeout)
             continue
         memory.stranded_since.pop(vm, None)
+        # Its host's agent restarts it in place (agent_restart.py): its restarts count
+        # against max_restart, and it is given start_timeout to finish one.
+        agents = observed.get("restarts", {}).get(vm, {})
+        by_agent = agents.get(host) or {}
+        if state == RUNNING and by_agent.get("state") == "restarting":
+            since = memory.down_since.setdefault(vm, now)
+            if now < since + policy.start_timeout:
+                standing[vm] = f"{host}'s agent restarts it in place"
+                wake.append(since + policy.start_timeout)
+                continue
         reason = None
         if state == RUNNING:
             since = memory.down_since.setdefault(vm, now)
@@ -366,7 +378,8 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 f": {record['reason']}" if record.get("reason") else "")
         returning = vm in memory.returning
         step = _recover(vm, vms[vm], record, revision, reason, usable, free, preemptible,
-                        labels, vms, memory, policy, now)
+                        labels, vms, memory, policy, now, _count(by_agent),
+                        {h for h, said in agents.items() if _count(said)})
         steps.append(step)
         memory.returning.discard(vm)
         if step["action"] in ("restart", "relocate"):
@@ -388,14 +401,22 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             "evacuate": sorted(evacuate)}
 
 
+def _count(by_agent: dict[str, Any]) -> int:
+    count = by_agent.get("count", 0)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
 def _recover(vm, entry, record, revision, reason, usable, free, preemptible, labels, vms,
-             memory: Memory, policy: Policy, now: float) -> dict[str, Any]:
+             memory: Memory, policy: Policy, now: float, by_agent: int = 0,
+             restarted_on: set[str] | None = None) -> dict[str, Any]:
     """Restart in place, relocate, or fail: the next step for a VM meant to run (a
-    restart on a host that just came back counts for nothing: `memory.returning`)."""
+    restart on a host that just came back counts for nothing: `memory.returning`;
+    `by_agent` restarts in place by its host's agent count as the reconciler's own,
+    and the hosts whose agents restarted it, `restarted_on`, are tried hosts)."""
     host = record.get("host")
     tried = [(h, kind) for when, h, kind in memory.attempts.get(vm, [])
              if when > now - policy.window]
-    restarts = sum(1 for h, kind in tried if kind == "restart")
+    restarts = by_agent + sum(1 for h, kind in tried if kind == "restart")
     relocations = sum(1 for h, kind in tried if kind == "relocate")
     if (record.get("state") == RUNNING and host in usable and restarts < policy.max_restart
             and host in free):
@@ -410,7 +431,7 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
                             f"{policy.window:g} s: given up until a host becomes usable")
     # A host it failed on is not tried again within the window; neither is the one
     # it just died on, unless it was only ever down (a failure beyond the plan).
-    exclude = {h for h, dummy in tried}
+    exclude = {h for h, dummy in tried} | (restarted_on or set())
     if record.get("state") in (RUNNING, STARTING):
         exclude.add(host)
     mine = set(entry.get("anti_affinity", []))
@@ -449,7 +470,7 @@ def observe(kvs: list[Any], parse) -> dict[str, Any]:
     hosts/, vms/, requested/, fences/, vdm/ha and ha/disarmed), `parse` being
     etcd_keys.parse_key bound to the cluster."""
     observed: dict[str, Any] = {"hosts": {}, "domains": {}, "records": {}, "requested": {},
-                                "vdm": {}, "disarmed": False}
+                                "restarts": {}, "vdm": {}, "disarmed": False}
 
     def value(kv) -> Any:
         try:
@@ -477,6 +498,10 @@ def observe(kvs: list[Any], parse) -> dict[str, Any]:
             data = value(kv)
             observed["domains"].setdefault(parsed.host, {})[parsed.vm] = (
                 data.get("state", "running") if isinstance(data, dict) else "running")
+        elif parsed.kind == "restart":
+            data = value(kv)
+            if isinstance(data, dict):
+                observed["restarts"].setdefault(parsed.vm, {})[parsed.host] = data
         elif parsed.kind == "fence":
             observed["hosts"].setdefault(parsed.host, {})["fenced"] = True
         elif parsed.kind == "vm":

@@ -64,11 +64,12 @@ class Probe:
     """One Ceph client of the agent's own, connected on demand and dropped after any
     failure (a client cut off mid-session may never recover)."""
 
-    def __init__(self, conf: str, client: str, pool: str, timeout: float) -> None:
+    def __init__(self, conf: str, client: str, pool: str, timeout: float,
+                 keyring: str = "") -> None:
         if rados is None:
             raise ProbeError("the Ceph Python bindings are not installed (Debian: "
                              "python3-rados); install them or set no ceph_conf")
-        self.conf, self.client, self.pool = conf, client, pool
+        self.conf, self.client, self.pool, self.keyring = conf, client, pool, keyring
         self.timeout = max(1, math.ceil(timeout))
         self.handle = None
         self.last_error = ""
@@ -78,10 +79,12 @@ class Probe:
         try:
             if self.handle is None:
                 seconds = str(self.timeout)
+                options = {"rados_mon_op_timeout": seconds, "rados_osd_op_timeout": seconds,
+                           "client_mount_timeout": seconds}
+                if self.keyring:
+                    options["keyring"] = self.keyring
                 self.handle = rados.Rados(conffile=self.conf, name=f"client.{self.client}",
-                                          conf={"rados_mon_op_timeout": seconds,
-                                                "rados_osd_op_timeout": seconds,
-                                                "client_mount_timeout": seconds})
+                                          conf=options)
                 self.handle.connect(timeout=self.timeout)
             with self.handle.open_ioctx(self.pool) as ioctx:
                 ioctx.stat(PROBE_OBJECT)

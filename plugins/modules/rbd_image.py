@@ -167,7 +167,8 @@ actions:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
-    CEPH_ARGUMENT_SPEC, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
+    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph_module import CEPH_ARGUMENT_SPEC
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph_image import ImageRun
 from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
     BatchModule, run_module)

@@ -88,7 +88,8 @@ images:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
-    CEPH_ARGUMENT_SPEC, CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
+    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
+from ansible_collections.yasco.cluster.plugins.module_utils.ceph_module import CEPH_ARGUMENT_SPEC
 from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_backup import (
     BackupError, RestoreRun)

@@ -224,13 +224,16 @@ def test_an_ha_vm_whose_guest_panics_is_reset_in_place_by_libvirt(lab, ha):
     assert len(history(lab, "restarted", [name])) == restarted, "the reconciler acted too"
 
 
-def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place(lab, ha):
-    """QEMU killed (as by the OOM killer): the watcher's reconciler sees the agent
-    unpublish the domain, the dead QEMU's disk lock is broken, and the VM starts
-    again where it was; its canary carries on from its last durable write."""
+def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place_by_its_agent(lab, ha):
+    """QEMU killed (as by the OOM killer): the host's agent sees the domain stop,
+    blocklists the dead QEMU's own Ceph client (that one instance, all its cephx user
+    may blocklist), breaks its disk lock and starts the VM again where it was, with no
+    playbook; its canary carries on from its last durable write, and the operators
+    are told."""
     told_before = len(ha["notified"])
     name = ha["names"]["ha1"]
     (host,) = running(lab)[name]
+    address = address_of(lab, host)
     last = writers(name)[-1]
     lab_verbs.kill_qemu(name)
     killed = time.monotonic()
@@ -238,23 +241,28 @@ def test_an_ha_vm_killed_on_a_live_host_is_restarted_in_place(lab, ha):
              every=0.2, check=no_vm_twice(lab))
     print(f"\n{name} running again on {host} {time.monotonic() - killed:.1f} s after its "
           "QEMU was killed")
-    wait_until_recorded_running(lab, {name: host})
     wait_for(f"{name} writing again", lambda: writers(name)[-1][0] != last[0]
              and writers(name)[-1][2] > last[2] + 2, BOOT, every=1)
     print(f"{name} writing again {time.monotonic() - killed:.1f} s after the kill")
     assert_writers_follow_each_other(name)
+    assert records(lab)[name] == {"host": host, "state": "running"}
     (event,) = history(lab, "restarted", [name])
-    assert event["host"] == host and "not running on" in event["details"]["reason"]
-    told = notified(ha, told_before, "recovery", restarted={name: host})
-    assert told["severity"] == "warning" and told["details"]["not_started"] == []
-    assert told["subject"].startswith("lab: 1 HA VM(s) restarted in place, 0 relocated"), told
+    assert (event["host"], event["by"]) == (host, "agent"), event
+    assert event["details"]["reason"] == ("its QEMU died (killed, or failed): restarted in "
+                                          "place by its agent (1 of 1 within 600 s)")
+    (dead,) = event["details"]["dead_clients"]
+    assert dead.startswith(f"{address}:") and not dead.endswith("/0"), dead
+    told = notified(ha, told_before, "vm_restarted", vm=name)
+    assert told["severity"] == "warning", told
+    assert told["subject"] == f"lab: HA VM {name} restarted in place on {host} by its agent"
 
 
 def test_an_ha_vm_that_dies_again_is_relocated_and_a_failed_start_tries_the_next_host(
         lab, ha):
-    """Killed a second time within the window (max_restart 1): relocated to its planned
-    target, which cannot start it (its libvirt secret for Ceph is gone), so the next
-    host takes it. The return home brings it back."""
+    """Killed a second time within the window (its agent restarted it once, and
+    max_restart is 1): its agent leaves it to the reconciler, which relocates it to
+    its planned target; that cannot start it (its libvirt secret for Ceph is gone), so
+    the next host takes it. The return home brings it back."""
     told_before = len(ha["notified"])
     name, vdm = ha["names"]["ha1"], ha["vdm"]
     planned = vdm["failover"]["hv1"][name]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils import (
+    agent_restart, etcd_access, etcd_keys)
 from yasco_lab import ceph, credentials, layout, pki
 from yasco_lab.credentials import EtcdUser, etcd_client
 
@@ -241,18 +242,50 @@ def test_the_ceph_set_up_in_the_production_guide_is_what_the_lab_runs(lab):
     makes them (lab/yasco_lab/ceph.py), and the users' caps as Ceph holds them."""
     text = (ROOT / "docs" / "production.md").read_text()
     section = text[text.index("## 2. Ceph"):text.index("## 3.")]
-    block = re.search(r"```sh\n(.*?)```", section, flags=re.S).group(1)
+    block, agents = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
     commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
     pool = layout.CEPH_POOL
     assert commands[0] == ["ceph", "osd", "pool", "create", pool]  # the lab adds PGs
     assert commands[1] == ["rbd", "pool", "init", pool]
     assert commands[2:] == [["ceph", "auth", "get-or-create", f"client.{client}", *caps]
                             for client, caps in ceph.CEPH_CAPS.items()]
-    for client, caps in ceph.CEPH_CAPS.items():
+    assert [shlex.split(line) for line in agents.splitlines() if line.strip()] == [
+        ["ceph", "auth", "get-or-create", f"client.{agent_restart.ceph_user('hv1')}",
+         *agent_restart.ceph_caps(["10.0.0.11"], pool)]]
+    hosts = [layout.HostLayout(h["name"]) for h in lab["hosts"]]
+    for client, caps in {**ceph.CEPH_CAPS, **ceph.agent_users(hosts)}.items():
         held = ceph.ceph_cli("auth", "get", f"client.{client}")
         for daemon, cap in zip(caps[::2], caps[1::2]):
             assert f'caps {daemon} = "{cap}"' in held.replace('\\"', '"'), (client, held)
     assert pool in ceph.ceph_cli("osd", "pool", "ls")
+
+
+def test_an_agents_cephx_user_blocklists_its_own_hosts_client_instances_and_nothing_else(
+        lab):
+    """What a compromised hypervisor could do with its agent's Ceph key: blocklist a
+    client instance of its own host (a dead QEMU's, for a restart in place), but not
+    its host's whole address, nor any client of another host."""
+    mine, other = (layout.HostLayout(h["name"]) for h in lab["hosts"][:2])
+    user = agent_restart.ceph_user(mine.name)
+
+    def blocklist(address: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["ceph", "-c", str(layout.ceph_conf_path()), "--name", f"client.{user}",
+             "--keyring", str(layout.ceph_keyring_path(user)), "osd", "blocklist", "add",
+             address, "60"], capture_output=True, text=True, check=False, timeout=60)
+
+    own = f"{mine.address}:0/{uuid.uuid4().int % 10**9 + 1}"
+    try:
+        done = blocklist(own)
+        assert done.returncode == 0, done.stderr
+        assert own in ceph.ceph_cli("osd", "blocklist", "ls")
+        for address in (f"{mine.address}:0/0", mine.address, f"{other.address}:0/12345",
+                        f"{other.address}:0/0", f"{layout.ceph_address()}:0/1"):
+            refused = blocklist(address)
+            assert refused.returncode != 0 and "EACCES" in refused.stderr, (address, refused)
+    finally:
+        ceph.ceph_cli("osd", "blocklist", "rm", own)
+    assert own not in ceph.ceph_cli("osd", "blocklist", "ls")
 
 
 def test_reading_etcd_by_hand_as_the_docs_show_works_as_the_reader(lab):

@@ -98,9 +98,14 @@ description:
     rulebook runs C(playbooks/fence_check.yml): a blocklist entry lifted by hand, or
     one that expires, would leave etcd saying fenced while Ceph lets the host write.
   - >-
+    A host's agent that restarted an HA VM in place (its QEMU died there) says so
+    in etcd; the source emits C(vm_restarted) for it, with C(vm), C(reason) and
+    C(count) (its restarts there within the agent's window), and the rulebook tells
+    the operators (C(playbooks/notify.yml)).
+  - >-
     Each event is C({"yasco": {...}}) with C(type) (C(host_down), C(host_up),
-    C(host_stable), C(maintenance), C(vm_recover), C(etcd_alarm), C(etcd_space) or
-    C(fences_standing)),
+    C(host_stable), C(maintenance), C(vm_recover), C(vm_restarted), C(etcd_alarm),
+    C(etcd_space) or C(fences_standing)),
     C(hosts) (the hosts it is about, none for C(etcd_alarm) and C(etcd_space)),
     C(down) (every hypervisor down now), C(cluster), C(revision), C(at), C(resync) and
     C(watcher).
@@ -295,7 +300,7 @@ SPACE_CHECK = 10.0
 # Every event type the source emits: each counted from 0 in the metrics, so that the
 # first of a kind shows as an increase.
 EVENT_TYPES = ("host_down", "host_up", "host_stable", "maintenance", "vm_recover",
-               "etcd_alarm", "etcd_space", "fences_standing")
+               "vm_restarted", "etcd_alarm", "etcd_space", "fences_standing")
 # The bounds of the evacuation time histogram, in seconds; and how long an evacuation
 # is waited for before it is no longer timed (its VMs are then left to the alerts).
 EVACUATION_BUCKETS = (5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)

@@ -33,14 +33,19 @@ def test_an_agent_writes_its_own_host_records_and_no_one_elses(host):
     for other in HOSTS:
         keys = [etcd_keys.alive_key(other, cluster=CLUSTER),
                 etcd_keys.registered_key(other, cluster=CLUSTER),
-                etcd_keys.domain_key(other, "web1", cluster=CLUSTER)]
+                etcd_keys.domain_key(other, "web1", cluster=CLUSTER),
+                etcd_keys.restart_key(other, "web1", cluster=CLUSTER)]
         assert all(may(role, "write", key) is (other == host) for key in keys)
     assert may(role, "read", etcd_keys.fence_key(host, cluster=CLUSTER))
     assert not may(role, "write", etcd_keys.fence_key(host, cluster=CLUSTER))
     assert not may(role, "write", etcd_keys.vm_key("web1", cluster=CLUSTER))
     assert not may(role, "write", etcd_keys.disarmed_key(cluster=CLUSTER))
     assert may(role, "read", etcd_keys.disarmed_key(cluster=CLUSTER))  # freeze mode
-    assert not may(role, "read", etcd_keys.vm_key("web1", cluster=CLUSTER))
+    # A VM's record and requested state, read-only: whether it restarts it in place.
+    assert may(role, "read", etcd_keys.vm_key("web1", cluster=CLUSTER))
+    assert may(role, "read", etcd_keys.requested_key("web1", cluster=CLUSTER))
+    assert not may(role, "write", etcd_keys.requested_key("web1", cluster=CLUSTER))
+    assert not may(role, "read", etcd_keys.vdm_ha_key(cluster=CLUSTER))
     # Other hosts' liveness, read-only: whether they reach Ceph (the storage probe).
     assert all(may(role, "read", etcd_keys.alive_key(other, cluster=CLUSTER))
                for other in HOSTS)
@@ -69,5 +74,5 @@ def test_the_controller_may_mark_maintenance_but_not_forge_a_host():
 def test_the_commands_in_the_docs_are_the_ones_made_here():
     script = etcd_access.as_script(["hv1", "hv2"], CLUSTER).splitlines()
     agent = [line for line in script if "yasco-agent-hv1" in line]
-    assert len(agent) == 8
+    assert len(agent) == 10
     assert "\n".join(agent) in DOCS.read_text()

@@ -42,7 +42,13 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
                  "shutdown_policy, shutdown_timeout, migrate_timeout, ca_cert, "
                  "client_cert, client_key, username, password, watchdog_device, "
                  "watchdog_timeout, metrics_listen, ceph_conf, ceph_client, ceph_pool, "
-                 "storage_grace"),
+                 "storage_grace, ceph_keyring, restart_in_place, restart_window"),
+    ({"restart_in_place": -1}, "agent.yml: restart_in_place -1 must be a whole number of "
+                               "restarts, 0 for none"),
+    ({"restart_in_place": True}, "agent.yml: restart_in_place True must be a whole number "
+                                 "of restarts, 0 for none"),
+    ({"restart_window": 0}, "agent.yml: restart_window must be a positive number of "
+                            "seconds, got 0"),
     ({"ceph_conf": "/etc/ceph/ceph.conf", "storage_grace": 5},
      "agent.yml: storage_grace 5 must be at least 7 s, a probe's interval and timeout, "
      "or one slow answer from Ceph fences the host"),

@@ -30,7 +30,10 @@ class Etcd:
         self.leases = count(100)
 
     def put(self, kind: str, host: str, value: dict, lease: int = 0) -> WatchEvent:
-        key = getattr(etcd_keys, f"{kind}_key")(host, cluster=CLUSTER)
+        return self.put_key(getattr(etcd_keys, f"{kind}_key")(host, cluster=CLUSTER), value,
+                            lease)
+
+    def put_key(self, key: str, value: dict, lease: int = 0) -> WatchEvent:
         previous = self.kvs.get(key)
         revision = next(self.revisions)
         kv = KeyValue(key, json.dumps(value), revision,
@@ -284,3 +287,21 @@ def test_a_batch_of_several_revisions_is_applied_up_to_its_last(etcd):
     batch = [etcd.beat("hv1"), etcd.beat("hv2"), etcd.put("maintenance", "hv2", {"by": "x"})]
     assert [r.kind for r in states.apply(batch, 1.0)] == ["maintenance"]
     assert states.applied == batch[-1].kv.mod_revision
+
+
+def test_an_agents_restart_in_place_is_reported_once_per_restart(etcd):
+    states = up(etcd, "hv1")
+    key = etcd_keys.restart_key("hv1", "web", cluster=CLUSTER)
+
+    def says(state: str, count_: int) -> list[Report]:
+        return states.apply([etcd.put_key(key, {"state": state, "count": count_,
+                                                "reason": "its QEMU died"}, lease=7)], 1.0)
+
+    assert says("restarting", 0) == []
+    assert says("restarted", 1) == [Report("vm_restarted", ["hv1"], {
+        "vm": "web", "reason": "its QEMU died", "count": 1})]
+    assert says("restarted", 1) == []  # written again, no new restart
+    assert says("declined", 1) == []
+    assert says("restarting", 1) == []
+    assert says("restarted", 2)[0].details["count"] == 2
+    assert states.pending == set()  # nothing of it is a host's failure

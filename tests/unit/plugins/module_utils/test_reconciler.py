@@ -272,6 +272,62 @@ def test_a_vm_running_or_migrating_is_left_alone():
     assert "runs on hv3" in decision["standing"]["web"]
 
 
+def agent_says(observed: dict, vm: str, host: str, state: str, count: int) -> None:
+    """What a host's agent writes of its restart in place (agent_restart.py)."""
+    said = observed.setdefault("restarts", {}).setdefault(vm, {})
+    said[host] = {"state": state, "count": count}
+
+
+def test_the_reconciler_waits_while_the_hosts_agent_restarts_a_vm_in_place():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    dies(observed, "web")
+    agent_says(observed, "web", "hv1", "restarting", 0)
+    for now in (0.0, policy.grace, policy.start_timeout - 1):
+        decided = decide(observed, memory, policy, now=now)
+        assert decided["steps"] == [], now
+        assert decided["standing"] == {"web": "hv1's agent restarts it in place"}
+        assert decided["wake"] == policy.start_timeout
+    # It never finished (an agent that hung): the reconciler takes over, and the
+    # restart under way counts for nothing yet.
+    (step,) = decide(observed, memory, policy, now=policy.start_timeout)["steps"]
+    assert (step["action"], step["to"]) == ("restart", "hv1")
+
+
+def test_the_agents_restarts_in_place_count_against_max_restart():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    agent_says(observed, "web", "hv1", "restarted", 1)  # it died again after that
+    dies(observed, "web")
+    decide(observed, memory, policy, now=0.0)
+    (step,) = decide(observed, memory, policy, now=policy.grace)["steps"]
+    assert (step["action"], step["to"]) == ("relocate", "hv2")
+    assert "relocation 1 of 2" in step["reason"]
+
+
+def test_a_host_whose_agent_restarted_a_vm_is_not_tried_again_within_its_window():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    agent_says(observed, "web", "hv1", "restarted", 1)
+    dies(observed, "web")
+    decide(observed, memory, policy, now=0.0)
+    (step,) = decide(observed, memory, policy, now=policy.grace)["steps"]
+    assert step["to"] == "hv2"
+    # The start there failed: the next host, never hv1, where it died twice.
+    observed["records"]["web"] = ({"host": "hv2", "state": "down", "reason": "no secret"}, 12)
+    (step,) = decide(observed, memory, policy, now=policy.grace + 5)["steps"]
+    assert (step["action"], step["to"]) == ("relocate", "hv3"), step
+
+
+def test_the_agent_of_another_host_counts_for_nothing_and_a_declined_restart_waits_not():
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    # hv2's agent restarted it there before it was moved home; hv1's declined just now.
+    agent_says(observed, "web", "hv2", "restarted", 1)
+    agent_says(observed, "web", "hv1", "declined", 0)
+    dies(observed, "web")
+    decide(observed, memory, policy, now=0.0)
+    (step,) = decide(observed, memory, policy, now=policy.grace)["steps"]
+    assert (step["action"], step["to"]) == ("restart", "hv1")
+    assert "(1 of 1)" in step["reason"]
+
+
 def test_observe_reads_etcds_keys():
     def kv(key, value, revision=1):
         return KeyValue(key=key, value=value, mod_revision=revision, create_revision=1,
@@ -286,6 +342,7 @@ def test_observe_reads_etcds_keys():
             kv(etcd_keys.vm_key("web"), '{"host": "hv1", "state": "running"}', 9),
             kv(etcd_keys.requested_key("web"), '{"state": "disabled"}'),
             kv(etcd_keys.requested_key("bad"), '{"state": "sleeping"}'),
+            kv(etcd_keys.restart_key("hv1", "web"), '{"state": "restarted", "count": 1}'),
             kv(etcd_keys.vdm_ha_key(), __import__("json").dumps(ha_view(vdm)))]
     observed = observe(keys, etcd_keys.parse_key)
     assert observed["hosts"] == {"hv1": {"alive": True}, "hv2": {"fenced": True},
@@ -294,6 +351,7 @@ def test_observe_reads_etcds_keys():
     assert observed["domains"] == {"hv1": {"web": "paused"}}
     assert observed["records"] == {"web": ({"host": "hv1", "state": "running"}, 9)}
     assert observed["requested"] == {"web": "disabled"}
+    assert observed["restarts"] == {"web": {"hv1": {"state": "restarted", "count": 1}}}
     assert observed["vdm"]["vms"]["web"]["chain"] == ["hv2"]
     assert observed["vdm"]["vms"]["web"]["home"] == "hv1"
 
@@ -325,6 +383,9 @@ def random_cluster(draw):
         if draw(st.booleans()):
             observed["requested"][name] = draw(st.sampled_from(
                 ["started", "stopped", "disabled", "ignored"]))
+        if draw(st.booleans()):
+            agent_says(observed, name, draw(st.sampled_from(HOSTS)), draw(st.sampled_from(
+                ["restarting", "restarted", "declined"])), draw(st.integers(0, 2)))
     return observed
 
 
