@@ -231,6 +231,10 @@ def test_a_wiped_canary_resumes_from_its_full_and_then_its_incremental_backup(la
                            yasco_restore_in_place=True)
     assert rc != 0 and any(f"{name} runs on hv1" in r.get("msg", "") for r in results)
 
+    # An HA VM is requested stopped first, as the docs say: its agent would restart
+    # it at once otherwise (and the HA watcher, when one runs).
+    rc, dummy = playbook("vm_state", inventory, vm=name, state="stopped")
+    assert rc == 0
     vdm = day2["vdm"]
     for backup, seq in ((full, seq_full), (diff, seq_diff)):
         rc, dummy = run_playbook(local_play(domain_task(vdm, lab, name, "destroyed")),
@@ -250,6 +254,8 @@ def test_a_wiped_canary_resumes_from_its_full_and_then_its_incremental_backup(la
                  lambda n=writers_before: len(writers(name)) > n, BOOT, every=1)
         # It resumes right after the last write the backup holds.
         assert writers(name)[-1][1] == seq + 1, (writers(name), seq)
+    rc, dummy = playbook("vm_state", inventory, vm=name, state="started")
+    assert rc == 0
     with storage.pool() as ioctx:
         aside = [i for i in rbd.RBD().list(ioctx) if i.startswith(f"{name}.before-restore-")]
     assert len(aside) == 2  # the wiped disks, kept
