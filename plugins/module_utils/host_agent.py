@@ -336,8 +336,6 @@ class Agent:
         self.storage_fence = False
         self.storage_fenced_at = 0.0
         self.storage_said = storage_probe.OK
-        # HA disarmed in any mode, as last read: the agent restarts nothing then.
-        self.disarmed = False
         # The HA domains that stopped for a failure, (name, why), for the restarter;
         # and how many it restarted.
         self.stopped: queue.Queue = queue.Queue()
@@ -554,7 +552,6 @@ class Agent:
         found = etcd.get(self.keys["disarmed"])
         flag = json_or_none(found.value) if found is not None else None
         frozen = isinstance(flag, dict) and flag.get("mode") == "freeze"
-        self.disarmed = found is not None
         if frozen != self.frozen:
             LOG.warning("HA %s: %s", "FROZEN" if frozen else "no longer frozen",
                         "losing etcd destroys no HA VM here" if frozen
@@ -774,7 +771,8 @@ class Agent:
 
     def unfit(self) -> str | None:
         """Why this host may start no VM now (its lease, a self-fence, a stop, Ceph out
-        of reach, HA disarmed), or None."""
+        of reach), or None. What etcd says (HA disarmed, the VM's record) is read at
+        the restart itself (agent_restart.InPlace.check)."""
         with self.lock:
             if not self.lease or self.disconnected:
                 return "no lease held (self-fenced, or not registered)"
@@ -786,8 +784,6 @@ class Agent:
             return "the agent is stopping"
         if self.storage_state() == storage_probe.LOST:
             return "cut off from Ceph"
-        if self.disarmed:
-            return "HA is disarmed"
         return None
 
     def _forget_restarts(self, etcd: EtcdClient) -> None:
