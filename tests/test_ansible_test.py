@@ -21,7 +21,9 @@ def ansible_test(*args: str, timeout: float) -> str:
     done = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False)
     output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-8000:]
+    # pytest's FAILED/ERROR lines first: a truncated report still names the test.
+    failed = re.findall(r"^(?:FAILED|ERROR) .*$", output, re.MULTILINE)
+    assert done.returncode == 0, "\n".join(failed + [output[-8000:]])
     return output
 
 

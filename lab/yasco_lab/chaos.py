@@ -277,8 +277,39 @@ class Nemesis:
                 return time.monotonic() - since
             time.sleep(2)
         run.violate("I4", f"canaries not writing {self.converge:g} s after the recovery: "
-                    f"{sorted(stalled)}")
+                    f"{sorted(stalled)}", self.stalled_evidence(sorted(stalled)))
         return None
+
+    def stalled_evidence(self, vms: list[str]) -> dict[str, Any]:
+        """What tells why a running canary does not write: its record and restarts in
+        etcd, the hosts that run it, the last lines of its console and of their agents'
+        logs about it, and Ceph's blocklist."""
+        seen = self.copies()
+        found: dict[str, Any] = {}
+        try:
+            with etcd_client(self.endpoints) as client:
+                for vm in vms:
+                    record = client.get(etcd_keys.vm_key(vm, cluster=layout.CLUSTER_NAME))
+                    found[vm] = {"record": json.loads(record.value) if record else None,
+                                 "restarts": {kv.key: kv.value for kv in client.get_prefix(
+                                     etcd_keys.hosts_prefix(cluster=layout.CLUSTER_NAME))
+                                     if f"/restarts/{vm}" in kv.key}}
+        except Exception as err:  # pylint: disable=broad-except  # evidence, at best
+            found["etcd"] = f"cannot read etcd: {err}"
+        for vm in vms:
+            entry = found.setdefault(vm, {})
+            entry["running_on"] = seen.get(vm, [])
+            for host in self.hosts:
+                root = layout.HostLayout(host).root / "log"
+                console = _tail(root / "qemu" / f"{vm}.console", 3)
+                agent = [line for line in _tail(root / "agent.log", 400) if vm in line][-6:]
+                if console or agent:
+                    entry[host] = {"console": console, "agent": agent}
+        try:
+            found["blocklist"] = storage.blocklist()
+        except Exception as err:  # pylint: disable=broad-except
+            found["blocklist"] = f"cannot read it: {err}"
+        return found
 
     def check_etcd(self, run: Run) -> None:
         """I5: no alarm, every member's database under DB_LIMIT."""
@@ -413,6 +444,13 @@ def writer_runs(records) -> list[tuple[str, int, int]]:
         else:
             runs.append([record.writer, record.seq, record.seq])
     return [tuple(r) for r in runs]
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
 
 
 def last_seq(vm: str) -> int:

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 import rados
 import rbd
 
+from ansible_collections.yasco.cluster.plugins.module_utils import ceph
+
 from .canary import RECORD_SIZE, RING_RECORDS, Record, parse_records
 from .layout import CEPH_POOL, ceph_conf_path
 
@@ -30,6 +32,12 @@ def pool(client: str = "admin", keyring: str | None = None) -> Iterator[rados.Io
             ioctx.close()
     finally:
         cluster.shutdown()
+
+
+def blocklist() -> dict[str, str]:
+    """Ceph's blocklist as the lab's admin sees it: address -> expiry."""
+    with ceph.Cluster(str(ceph_conf_path()), "admin", None, 10) as cluster:
+        return cluster.blocklist()
 
 
 def create_image(name: str, size_mb: int = 16) -> None:

@@ -15,7 +15,9 @@ The agent restarts a VM only when all of this holds:
 - the domain is an HA one, and stopped for a failure (QEMU killed or died, the guest
   crashed or powered off, a destroy), not for a migration or a save;
 - the agent holds its lease, is neither self-fenced nor stopping, its host is not
-  in maintenance nor cut off from Ceph, and HA is not disarmed;
+  in maintenance nor cut off from Ceph, nor fenced (a fence record in etcd: its
+  clients are blocklisted until the host's return lifts it, so a copy started now
+  could never write), and HA is not disarmed;
 - the VM's record says it runs on this host, its requested state is `started`, and
   the agent has restarted it here fewer than `max_restart` times within `window`;
 - libvirt says the domain is defined and not running;
@@ -85,14 +87,17 @@ def ceph_caps(addresses: list[str], pool: str) -> tuple[str, str, str, str]:
 
 
 def refusal(host: str, record: dict[str, Any] | None, requested: Any,
-            maintenance: bool, disarmed: bool) -> str | None:
+            maintenance: bool, disarmed: bool, fenced: bool = False) -> str | None:
     """Why the agent of `host` must not restart a VM, from what etcd says of it (its
-    record and requested state, the host's maintenance marker, the disarm flag);
-    None when it may."""
+    record and requested state, the host's maintenance marker and fence record, the
+    disarm flag); None when it may."""
     if disarmed:
         return "HA is disarmed"
     if maintenance:
         return f"{host} is in maintenance"
+    if fenced:
+        return (f"{host} is fenced: its Ceph clients are blocklisted until its return "
+                "lifts the fence")
     if not isinstance(record, dict):
         return "it has no record"
     if record.get("host") != host or record.get("state") != "running":
@@ -187,9 +192,10 @@ class InPlace:
         requested = etcd.get(etcd_keys.requested_key(vm, cluster=self.cluster))
         marker = etcd.get(etcd_keys.maintenance_key(self.host, cluster=self.cluster))
         disarmed = etcd.get(etcd_keys.disarmed_key(cluster=self.cluster))
+        fence = etcd.get(etcd_keys.fence_key(self.host, cluster=self.cluster))
         why = refusal(self.host, json_or_none(found.value) if found else None,
                       json_or_none(requested.value) if requested else None,
-                      marker is not None, disarmed is not None)
+                      marker is not None, disarmed is not None, fence is not None)
         if why:
             raise Declined(why)
         if not self.budget.left(vm, self.clock()):
@@ -241,20 +247,30 @@ class InPlace:
         if dom.isActive():
             raise Declined("it runs again already")
         disks = rbd_disks(lv.xml_of(dom, inactive=True))
+
+        def unchanged() -> None:
+            # Anything else that starts the VM here (a return home, a migration)
+            # changes its record first: a lock holder on this host is then alive.
+            found = etcd.get(etcd_keys.vm_key(vm, cluster=self.cluster))
+            if found is None or found.mod_revision != revision:
+                raise Declined("its record changed meanwhile")
+            if dom.isActive():
+                raise Declined("it runs again already")
+
         dead: list[str] = []
         if disks:
             with ceph.connect(self.ceph_params) as cluster:
                 cluster.fencing()
-                dead = self._free(cluster, disks)
-        found = etcd.get(etcd_keys.vm_key(vm, cluster=self.cluster))
-        if found is None or found.mod_revision != revision:
-            raise Declined("its record changed meanwhile")
+                dead = self._free(cluster, disks, unchanged)
+        unchanged()
         lv.start(dom)
         return dead
 
-    def _free(self, cluster: ceph.Cluster, disks: list[tuple[str, str]]) -> list[str]:
+    def _free(self, cluster: ceph.Cluster, disks: list[tuple[str, str]],
+              unchanged: Callable[[], None]) -> list[str]:
         """Blocklist the dead clients on this host that hold the disks, then break
-        their locks; refuse when a client elsewhere holds one."""
+        their locks; refuse when a client elsewhere holds one, or when `unchanged`
+        finds, once the holders are read, that the VM may have started meanwhile."""
         holders: dict[str, str] = {}
         for pool, name in disks:
             with cluster.opened(pool, name, "disk") as (dummy, image):
@@ -266,6 +282,7 @@ class InPlace:
                 f"{image} ({address})" for image, address in sorted(foreign.items())))
         if not dead:
             return []
+        unchanged()
         try:
             cluster.blocklist_add_all(dead, DEAD_CLIENT_EXPIRE)
         except ceph.CephError as err:

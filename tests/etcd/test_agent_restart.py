@@ -120,7 +120,7 @@ def test_an_ha_vm_recorded_here_is_restarted_once_per_window_and_the_reconciler_
 
 
 @pytest.mark.parametrize("case", ["requested stopped", "recorded elsewhere", "maintenance",
-                                  "disarmed", "no record", "plain VM"])
+                                  "disarmed", "fenced", "no record", "plain VM"])
 def test_nothing_is_restarted_that_etcd_does_not_say_runs_here(etcd, agent, defined, case):
     cluster, kind = agent.config.cluster, "plain" if case == "plain VM" else "ha"
     vm = defined.names[kind]
@@ -133,6 +133,9 @@ def test_nothing_is_restarted_that_etcd_does_not_say_runs_here(etcd, agent, defi
         put(etcd, etcd_keys.maintenance_key("hv1", cluster=cluster), {"by": "drain"})
     if case == "disarmed":
         put(etcd, etcd_keys.disarmed_key(cluster=cluster), {"mode": "ignore-failures"})
+    if case == "fenced":  # by an evacuation, until the host's return lifts it
+        put(etcd, etcd_keys.fence_key("hv1", cluster=cluster),
+            {"by": "evacuate", "method": "ceph-blocklist", "ceph_addrs": ["10.0.0.11"]})
     dies(agent, defined, kind)
     assert not wait_for(lambda: defined.active(kind), 2), f"{case}: restarted"
     assert restarts(etcd, agent, vm) == (None, [])

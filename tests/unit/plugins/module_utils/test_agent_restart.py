@@ -39,6 +39,13 @@ def test_the_agent_restarts_only_a_vm_meant_to_run_on_its_host(
     assert refusal("hv1", record, requested, maintenance, disarmed) == why
 
 
+def test_the_agent_of_a_fenced_host_restarts_nothing():
+    """Its clients are blocklisted until its return lifts the fence: a copy started
+    now could never write to its disk."""
+    assert refusal("hv1", RUNNING_HERE, None, False, False, fenced=True) == (
+        "hv1 is fenced: its Ceph clients are blocklisted until its return lifts the fence")
+
+
 def test_the_budget_allows_so_many_restarts_per_window_and_then_forgets_them():
     budget = Budget(2, 600)
     assert budget.left("web", 0.0)

@@ -148,14 +148,21 @@ def test_with_etcd_out_of_reach_the_agent_keeps_retrying_and_stops_cleanly(tmp_p
     config = tmp_path / "agent.yml"
     config.write_text(f"host: hv1\nendpoints: [http://127.0.0.1:{port}]\n"
                       "libvirt_uri: test:///default\n")
-    agent = subprocess.Popen([sys.executable, AGENT, "--config", config], text=True,
-                             stderr=subprocess.PIPE, env={"YASCO_AGENT_LIB": str(COLLECTIONS)})
-    time.sleep(6)
+    log = tmp_path / "agent.err"
+    with log.open("w") as err:
+        agent = subprocess.Popen([sys.executable, AGENT, "--config", config], stderr=err,
+                                 env={"YASCO_AGENT_LIB": str(COLLECTIONS)})
     try:
+        # Two failed registrations, however long a loaded machine takes to start it.
+        deadline = time.monotonic() + 120
+        while (log.read_text().count("cannot register") < 2 and agent.poll() is None
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
         assert agent.poll() is None, "the agent exited"
     finally:
         agent.terminate()  # it stops within its TTL (5 s) once etcd refuses; a loaded
-        stderr = agent.communicate(timeout=60)[1]  # machine may take longer to run it
+        agent.wait(timeout=60)  # machine may take longer to run it
+    stderr = log.read_text()
     assert agent.returncode == 0, stderr
     retries = re.findall(r"cannot register \(again in (\d+) s\)", stderr)
     assert [int(s) for s in retries[:2]] == [2, 3]  # doubling from ttl/3, rounded
