@@ -111,6 +111,17 @@ def takes_vms(host: dict[str, Any]) -> bool:
         and not host.get("fenced") and host.get("storage") != STORAGE_LOST
 
 
+def died_in_maintenance(host: dict[str, Any]) -> bool:
+    """Whether a hypervisor in maintenance, as cluster_status or the reconciler observe
+    it, went down without its agent's clean stop (a crash or a cut during a drain): no
+    liveness key, and a registration whose agent never wrote `stopped` into it. A
+    maintenance marker says that a stop is planned, not that this one was: the VMs
+    still recorded there then fail over as for any failure."""
+    registered = host.get("registered")
+    return (bool(host.get("maintenance")) and not host.get("alive")
+            and isinstance(registered, dict) and not registered.get("stopped"))
+
+
 def domains_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     """The domains the host's agent reports running there."""
     return f"{host_prefix(host, cluster=cluster)}domains/"

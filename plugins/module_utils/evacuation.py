@@ -29,9 +29,14 @@ class EvacuationError(Exception):
 
 
 def failed_hosts(status: dict[str, Any]) -> list[str]:
-    """Hypervisors etcd sees as failed: no liveness key, and not in maintenance."""
+    """Hypervisors etcd sees as failed: no liveness key, and not in maintenance; or
+    in maintenance, gone down without their agent's clean stop while VMs are still
+    recorded running there (etcd_keys.died_in_maintenance: a crash during a drain)."""
+    busy = {(vm.get("record") or {}).get("host") for vm in status.get("vms", [])
+            if (vm.get("record") or {}).get("state") in ACTIVE}
     return sorted(h["name"] for h in status.get("hypervisors", [])
-                  if not h.get("alive") and not h.get("maintenance"))
+                  if not h.get("alive") and (not h.get("maintenance") or (
+                      etcd_keys.died_in_maintenance(h) and h["name"] in busy)))
 
 
 def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]],

@@ -926,6 +926,17 @@ class Agent:
             "since": cluster_events.timestamp(), "by": "agent", "reason": reason, **more}),
             mod_revision=0).succeeded
 
+    def _say_stopped(self, etcd: EtcdClient, reason: str) -> None:
+        """Write into this host's registration that its agent stopped cleanly, before
+        the lease goes: a host in maintenance whose lease goes without it went down
+        uncleanly (etcd_keys.died_in_maintenance), and its VMs fail over. The next
+        registration writes the record afresh, without it."""
+        known = etcd.get(self.keys["registered"])
+        facts = json_or_none(known.value) if known is not None else None
+        if isinstance(facts, dict):
+            etcd.put(self.keys["registered"], to_json({
+                **facts, "stopped": cluster_events.timestamp(), "stop_reason": reason}))
+
     def _mark_off(self, etcd: EtcdClient, off: list[str]) -> None:
         """Add to the agent's own marker the HA VMs now off for sure: the reconciler
         starts those elsewhere even once this host's lease is gone."""
@@ -1040,6 +1051,7 @@ class Agent:
             # Created only if absent: a drain's or an operator's marker says more,
             # and must outlive this stop and the next start.
             self._mark(etcd, reason)
+            self._say_stopped(etcd, reason)
             if lease:
                 etcd.revoke_lease(lease)
             self.stopped_cleanly = True

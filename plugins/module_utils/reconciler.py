@@ -299,10 +299,13 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             memory.returning.discard(vm)
             memory.down_since.pop(vm, None)
             memory.stranded_since.pop(vm, None)
-            if state == STARTING and running == [host]:
-                # Started where it was claimed, but the run that started it died (or
-                # lost etcd) before recording it: recorded running once that run is
-                # surely over, as an unfinished start is given up.
+            landed = state == MIGRATING and running == [record.get("to")]
+            if (state == STARTING and running == [host]) or landed:
+                # Started where it was claimed, or landed at its live migration's
+                # destination (a migration under way runs on both hosts), but the run
+                # that did it died (or lost etcd, or went with the source host) before
+                # recording it: recorded running there once that run is surely over,
+                # as an unfinished start is given up.
                 first = memory.starting_since.get(vm)
                 if first is None or first[0] != revision:
                     first = memory.starting_since[vm] = (revision, now)
@@ -311,8 +314,11 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 else:
                     steps.append(_step(
                         "confirm", vm, record, revision, host=host, hosts=running,
-                        reason=f"runs on {host}, where its start was claimed, unrecorded "
-                               f"after {policy.start_timeout:g} s"))
+                        to=running[0] if landed else None,
+                        reason=(f"runs on {running[0]}, where its live migration from "
+                                f"{host} went" if landed
+                                else f"runs on {host}, where its start was claimed")
+                        + f", unrecorded after {policy.start_timeout:g} s"))
                 continue
             memory.starting_since.pop(vm, None)
             if state == FAILED or (state != MIGRATING and host not in running):
@@ -324,16 +330,26 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
         if state in ACTIVE and host not in observed["hosts"]:
             standing[vm] = f"recorded on {host}, which is not a known hypervisor"
             continue
-        shut_down = vm in observed["hosts"].get(host, {}).get("off", [])
-        if state in ACTIVE and not observed["hosts"][host].get("alive") and not shut_down:
+        here = observed["hosts"][host]
+        shut_down = vm in here.get("off", [])
+        if state in ACTIVE and not here.get("alive") and not shut_down:
+            died = etcd_keys.died_in_maintenance(here)
+            if here.get("maintenance") and not died:
+                standing[vm] = (f"{host} stopped in maintenance: it starts again there "
+                                "once the host is back")
+                continue
             standing[vm] = f"{host} failed: the evacuation's"
-            if not observed["hosts"][host].get("maintenance"):
-                since = memory.stranded_since.setdefault(vm, now)
-                if now >= since + policy.evacuation_timeout:
-                    evacuate.add(host)
-                    memory.stranded_since[vm] = now  # asked again: give it the time
-                    standing[vm] += f", overdue after {policy.evacuation_timeout:g} s"
-                wake.append(memory.stranded_since[vm] + policy.evacuation_timeout)
+            # A host that went down in maintenance sent no host_down (a planned stop
+            # would look the same to the watcher): the evacuation is asked for at once.
+            since = memory.stranded_since.setdefault(
+                vm, now - policy.evacuation_timeout if died else now)
+            if now >= since + policy.evacuation_timeout:
+                evacuate.add(host)
+                memory.stranded_since[vm] = now  # asked again: give it the time
+                standing[vm] += (", down in maintenance without its agent's clean stop"
+                                 if died else
+                                 f", overdue after {policy.evacuation_timeout:g} s")
+            wake.append(memory.stranded_since[vm] + policy.evacuation_timeout)
             continue
         memory.stranded_since.pop(vm, None)
         # Its host's agent restarts it in place (agent_restart.py): its restarts count
@@ -482,7 +498,10 @@ def observe(kvs: list[Any], parse) -> dict[str, Any]:
         parsed = parse(kv.key)
         if parsed is None:
             continue
-        if parsed.kind in ("alive", "maintenance"):
+        if parsed.kind == "registered":
+            # Kept as the agent wrote it: `stopped` once it stopped cleanly.
+            observed["hosts"].setdefault(parsed.host, {})["registered"] = value(kv)
+        elif parsed.kind in ("alive", "maintenance"):
             observed["hosts"].setdefault(parsed.host, {})[parsed.kind] = True
             data = value(kv)
             if not isinstance(data, dict):

@@ -94,8 +94,9 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                                             cluster)})
             out["events"].append({**event, "kind": "stopped"})
         elif action == "confirm":
+            # Where it runs: the host of its claim, or a migration's destination.
             out["confirm"].append({"vm": name, "record": vm_records.change(
-                vm, vm_records.RUNNING, record.get("host"), cluster)})
+                vm, vm_records.RUNNING, step.get("to") or record.get("host"), cluster)})
             out["events"].append({**event, "kind": "confirmed"})
         elif action == "fail":
             out["fail"].append({"vm": name, "record": vm_records.change(

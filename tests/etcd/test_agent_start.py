@@ -64,8 +64,9 @@ def fixture_running() -> Iterator[Running]:
 
 
 def start_agent(endpoints: list[str], **settings) -> Agent:
-    config = AgentConfig(host="hv1", endpoints=endpoints, cluster=f"t{uuid.uuid4().hex[:8]}",
-                         ttl=TTL, margin=MARGIN, libvirt_uri=URI, **settings)
+    settings.setdefault("cluster", f"t{uuid.uuid4().hex[:8]}")
+    config = AgentConfig(host="hv1", endpoints=endpoints, ttl=TTL, margin=MARGIN,
+                         libvirt_uri=URI, **settings)
     config.check("test")
     agent = Agent(config)
     for target in (agent.heartbeat, agent.fencer):

@@ -98,3 +98,32 @@ def test_the_agent_alone_stopping_or_a_drained_host_asks_for_no_migration(
     assert time.monotonic() - started < 10
     assert marker(etcd, drained) == {"by": "drain", "reason": "firmware"}
     assert running.active("ha") and running.active("plain")
+
+
+def registration(etcd, agent: Agent) -> dict | None:
+    with etcd.client() as client:
+        found = client.get(etcd_keys.registered_key("hv1", cluster=agent.config.cluster))
+    return json.loads(found.value) if found else None
+
+
+def test_a_clean_stop_says_so_in_the_registration_and_the_next_start_clears_it(
+        etcd, running, tmp_path):
+    """What tells a host stopped in maintenance (a drain's end) from one that went down
+    in it uncleanly (a crash during the drain), whose VMs fail over: only the clean
+    stop writes `stopped` into the registration, before its lease goes."""
+    agent = start_agent([etcd.url])
+    assert wait_for(lambda: agent.lease, 5), "the agent did not register"
+    assert "stopped" not in registration(etcd, agent)
+    (tmp_path / "shutdown").write_text("", encoding="ascii")
+    agent.intent_file = str(tmp_path / "shutdown")
+    agent.stop()
+    said = registration(etcd, agent)
+    assert said["stop_reason"] == "agent stopped" and said["stopped"]
+    assert not alive(etcd, agent) and marker(etcd, agent)["by"] == "agent"
+    # Started again on the same cluster: registered afresh, as running.
+    again = start_agent([etcd.url], cluster=agent.config.cluster)
+    assert wait_for(lambda: again.lease, 5), "the agent did not register again"
+    assert wait_for(lambda: "stopped" not in registration(etcd, again), 5)
+    assert registration(etcd, again)["address"] == said["address"]
+    again.leaving.set()
+    again.stopping.set()

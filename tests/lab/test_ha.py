@@ -21,8 +21,10 @@ cut short after its claims is finished by a new watcher."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -841,6 +843,70 @@ def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_ba
     with etcd_client(lab["etcd_endpoints"]) as etcd:
         assert etcd.get(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME)) is None
     assert len(history(lab, "fenced")) == fences
+
+
+def test_a_host_that_crashes_during_its_drain_mid_migration_has_its_ha_vms_failed_over(
+        lab, ha):
+    """hv1 is being drained: the drain's marker is written, and ha1 live-migrates away,
+    claimed `migrating` in etcd as the rebalance role claims a move, slowly (1 MiB/s),
+    when hv1 crashes. The marker says a stop was planned, but the agent never said it
+    stopped: hv1 is fenced and both its HA VMs run again on their targets, as for any
+    failure, instead of staying down behind the marker. ha1's destination never gets a
+    running copy it could keep; the evacuation takes ha1 from its `migrating` record and
+    starts it once. Each canary goes on from its last durable write, and etcd records
+    each VM where it runs. Booted and undrained, hv1 gets them all back."""
+    names, vdm, host = ha["names"], ha["vdm"], "hv1"
+    wait_until_home(lab, ha, host)
+    ha_vms, moving = [names["ha1"], names["ha2"]], names["ha1"]
+    assert all(vdm["home"][n] == host for n in ha_vms)
+    dest = next(h["name"] for h in lab["hosts"]
+                if h["name"] not in (host, vdm["failover"][host][moving]))
+    last = writing_now(ha_vms)
+    fences = len(history(lab, "fenced"))
+    key = etcd_keys.vm_key(moving, cluster=layout.CLUSTER_NAME)
+    with etcd_client(lab["etcd_endpoints"]) as etcd:  # as drain.yml and its moves do
+        etcd.put(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME), json.dumps(
+            {"by": "drain", "reason": "a drain under way", "since": "now"}))
+        found = etcd.get(key)
+        assert etcd.put_if(key, json.dumps({"host": host, "state": "migrating", "to": dest}),
+                           mod_revision=found.mod_revision).succeeded
+    source, incoming = (lv.connect(libvirt_uri(lab, h), 5.0) for h in (host, dest))
+    dom = source.lookupByName(moving)
+    dom.migrateSetMaxSpeed(1, 0)  # MiB/s: long enough to be cut short
+
+    def migrate() -> None:
+        try:
+            lv.migrate_live(dom, incoming, 300)
+        except (lv.LibvirtAdapterError, lv.libvirt.libvirtError):
+            pass  # its source crashed: what matters is what the cluster makes of it
+
+    mover = threading.Thread(target=migrate, daemon=True)
+    mover.start()
+    wait_for("the migration under way", lambda: dom.jobInfo()[0] != 0, 30, every=0.2)
+    time.sleep(2)
+    yasco_lab("crash", host)
+    crashed = time.monotonic()
+    wait_for("hv1's HA VMs running once elsewhere, recorded where they run", lambda: all(
+        len(running(lab).get(n, [])) == 1 and host not in running(lab)[n]
+        and records(lab)[n] == {"host": running(lab)[n][0], "state": "running"}
+        for n in ha_vms), EVACUATE, every=0.5, check=no_vm_twice(lab))
+    print(f"\n{', '.join(f'{n} on {running(lab)[n][0]}' for n in ha_vms)}, recorded "
+          f"there, {time.monotonic() - crashed:.1f} s after {host} crashed in its drain")
+    (fenced_event,) = history(lab, "fenced")[fences:]
+    assert fenced_event["host"] == host, fenced_event
+    for name in ha_vms:
+        wait_for(f"{name} writing again", lambda n=name: writers(n)[-1][0] != last[n][0]
+                 and writers(n)[-1][2] > last[n][2] + 2, BOOT, every=1)
+        assert_writers_follow_each_other(name)
+    mover.join(60)
+    source.close()
+    incoming.close()
+    boot_until_registered(lab, host)
+    rc, results = playbook("undrain", ha["inventory"], yasco_host=host)
+    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    wait_until_home(lab, ha, host)
+    for name in ha_vms:
+        assert_writers_follow_each_other(name)
 
 
 def test_a_failure_while_a_host_is_drained_gives_it_nothing_and_undrain_restarts_the_rest(

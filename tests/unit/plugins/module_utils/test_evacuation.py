@@ -34,14 +34,17 @@ def item(name: str) -> dict:
 ITEMS = [item(n) for n in VDM["home"]]
 
 
-def status(alive=("hv2", "hv3"), maintenance=(), records=None, running=None) -> dict:
+def status(alive=("hv2", "hv3"), maintenance=(), records=None, running=None,
+           stopped=()) -> dict:
+    """`stopped`: the hosts whose agent stopped cleanly (its registration says so)."""
     records = records or {n: {"host": h, "state": "running"} for n, h in VDM["home"].items()}
     running = running if running is not None else {n: [h] for n, h in VDM["home"].items()}
     return {
         "hypervisors": [{"name": h, "uri": URIS[h], "alive": h in alive,
                          "maintenance": h in maintenance,
                          "registered": {"address": f"10.0.0.{i}",
-                                        "ceph_addrs": [f"10.1.0.{i}"]}}
+                                        "ceph_addrs": [f"10.1.0.{i}"],
+                                        **({"stopped": "then"} if h in stopped else {})}}
                         for i, h in enumerate(("hv1", "hv2", "hv3"), start=1)],
         "vms": [{"name": n, "record": records.get(n), "running_on": running.get(n, []),
                  "record_revision": revision(n) if records.get(n) else 0}
@@ -88,11 +91,25 @@ def test_a_rerun_starts_what_an_earlier_run_claimed_and_reports_what_it_finished
     assert done["preempt"] == [] and done["down"] == []
 
 
-def test_nothing_to_do_when_no_host_failed_or_the_missing_one_is_in_maintenance():
+def test_nothing_to_do_when_no_host_failed_or_the_missing_one_stopped_in_maintenance():
     for cluster in (status(alive=("hv1", "hv2", "hv3")),
-                    status(alive=("hv2", "hv3"), maintenance=("hv1",))):
+                    status(alive=("hv2", "hv3"), maintenance=("hv1",), stopped=("hv1",))):
         done = plan(cluster, VDM, ITEMS)
         assert done["failed"] == [] and done["start"] == [] and done["fence"] == []
+
+
+def test_a_host_that_went_down_in_maintenance_without_a_clean_stop_is_evacuated():
+    """A crash during a drain: its marker says a stop was planned, but its agent never
+    said it stopped, and VMs are still recorded there. A drained host (nothing
+    recorded there) that does the same is left alone."""
+    done = plan(status(maintenance=("hv1",)), VDM, ITEMS)
+    assert done["failed"] == ["hv1"]
+    assert [(s["vm"], s["to"]) for s in done["start"]] == [("db", "hv3"), ("web", "hv2")]
+    moved = {n: {"host": "hv2", "state": "running"}
+             for n in VDM["home"]}
+    done = plan(status(maintenance=("hv1",), records=moved,
+                       running={n: ["hv2"] for n in VDM["home"]}), VDM, ITEMS)
+    assert done["failed"] == [] and done["fence"] == []
 
 
 def test_a_vm_away_from_home_goes_home_when_only_its_refuge_fails():

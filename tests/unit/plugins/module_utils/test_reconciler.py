@@ -153,6 +153,27 @@ def test_a_vm_started_but_never_recorded_running_is_recorded_as_it_runs():
     assert decide(observed, Memory(), policy, 1e6)["steps"] == []
 
 
+def test_a_vm_that_landed_where_its_live_migration_went_is_recorded_there():
+    """The run that live-migrated it died with the source host before recording the
+    move: the record says migrating from hv1 to hv2, and only hv2 runs it. Left to
+    that run for the start timeout, then recorded running on hv2. While both hosts run
+    a copy (a migration under way), nothing is done."""
+    observed, memory, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Memory(), Policy()
+    observed["records"]["web"] = ({"host": "hv1", "state": "migrating", "to": "hv2"}, 30)
+    observed["domains"]["hv2"]["web"] = "paused"  # the incoming copy
+    assert decide(observed, memory, policy, 0.0)["steps"] == []
+    assert decide(observed, memory, policy, 1e4)["steps"] == []
+    dies(observed, "web")  # the source's copy gone: it crashed with hv1
+    observed["hosts"]["hv1"] = {}
+    observed["domains"]["hv2"]["web"] = "running"
+    first = decide(observed, memory, policy, 2e4)
+    assert first["steps"] == [] and first["wake"] == 2e4 + policy.start_timeout
+    (step,) = decide(observed, memory, policy, 2e4 + policy.start_timeout)["steps"]
+    assert (step["action"], step["from"], step["to"], step["revision"]) == (
+        "confirm", "hv1", "hv2", 30)
+    assert "where its live migration from hv1 went" in step["reason"]
+
+
 def test_a_failed_start_recorded_down_tries_the_next_host_at_once():
     observed, memory, policy = cluster(web=("ha", "hv1", ["hv2", "hv3"], 1024)), Memory(), Policy()
     dies(observed, "web")
@@ -338,6 +359,7 @@ def test_observe_reads_etcds_keys():
            "home": {"web": "hv1"}, "failover": {"hv1": {"web": "hv2"}}}
     keys = [kv(etcd_keys.alive_key("hv1"), "{}"), kv(etcd_keys.fence_key("hv2"), "{}"),
             kv(etcd_keys.alive_key("hv3"), '{"storage": "lost"}'),
+            kv(etcd_keys.registered_key("hv2"), '{"address": "10.0.0.12", "stopped": "x"}'),
             kv(etcd_keys.domain_key("hv1", "web"), '{"state": "paused"}'),
             kv(etcd_keys.vm_key("web"), '{"host": "hv1", "state": "running"}', 9),
             kv(etcd_keys.requested_key("web"), '{"state": "disabled"}'),
@@ -345,8 +367,9 @@ def test_observe_reads_etcds_keys():
             kv(etcd_keys.restart_key("hv1", "web"), '{"state": "restarted", "count": 1}'),
             kv(etcd_keys.vdm_ha_key(), __import__("json").dumps(ha_view(vdm)))]
     observed = observe(keys, etcd_keys.parse_key)
-    assert observed["hosts"] == {"hv1": {"alive": True}, "hv2": {"fenced": True},
-                                 "hv3": {"alive": True, "storage": "lost"}}
+    assert observed["hosts"] == {
+        "hv1": {"alive": True}, "hv3": {"alive": True, "storage": "lost"},
+        "hv2": {"fenced": True, "registered": {"address": "10.0.0.12", "stopped": "x"}}}
     assert usable_hosts(observed) == {"hv1"}  # hv3's agent cannot reach Ceph
     assert observed["domains"] == {"hv1": {"web": "paused"}}
     assert observed["records"] == {"web": ({"host": "hv1", "state": "running"}, 9)}
@@ -427,6 +450,27 @@ def test_an_evacuation_that_did_not_finish_is_asked_for_again():
     observed["hosts"]["hv1"] = {"maintenance": True}
     assert decide(observed, Memory(), policy, 0.0)["evacuate"] == []
     assert decide(observed, memory, policy, 500.0)["evacuate"] == []
+
+
+def test_a_host_that_went_down_in_maintenance_uncleanly_is_evacuated_at_once():
+    """A crash during a drain: the marker says a stop was planned, but the agent never
+    said it stopped (its registration has no `stopped`). No host_down came for it, so
+    the reconciler asks for its evacuation at the first look; a clean stop in
+    maintenance (a drain's end, a reboot) is left to the host's return."""
+    observed, policy = cluster(web=("ha", "hv1", ["hv2"], 1024)), Policy(evacuation_timeout=60)
+    observed["domains"]["hv1"].pop("web")
+    observed["hosts"]["hv1"] = {"maintenance": True, "registered": {"address": "10.0.0.11"}}
+    decision = decide(observed, Memory(), policy, 0.0)
+    assert decision["evacuate"] == ["hv1"] and decision["steps"] == []
+    assert decision["standing"]["web"] == (
+        "hv1 failed: the evacuation's, down in maintenance without its agent's clean stop")
+    observed["hosts"]["hv1"]["registered"]["stopped"] = "2026-11-28T17:00:00Z"
+    decision = decide(observed, Memory(), policy, 0.0)
+    assert decision["evacuate"] == [] and decision["steps"] == []
+    assert decision["standing"]["web"].startswith("hv1 stopped in maintenance")
+    # Never registered (no agent ever ran there): nothing to fence it by.
+    observed["hosts"]["hv1"].pop("registered")
+    assert decide(observed, Memory(), policy, 0.0)["evacuate"] == []
 
 
 def test_ha_vms_a_host_shut_down_as_it_went_down_are_started_elsewhere():

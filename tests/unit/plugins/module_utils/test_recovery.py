@@ -114,6 +114,16 @@ def test_a_confirm_step_records_running_what_runs_where_its_start_was_claimed():
     assert done["start"] == [] and [e["kind"] for e in done["events"]] == ["confirmed"]
 
 
+def test_a_confirm_step_records_a_migrated_vm_at_the_migrations_destination():
+    migrating = {"host": "hv1", "state": "migrating", "to": "hv3"}
+    step = {"action": "confirm", "vm": "web", "from": "hv1", "to": "hv3", "hosts": ["hv3"],
+            "record": migrating, "revision": revision("web"),
+            "reason": "runs on hv3, where its live migration from hv1 went"}
+    done = recovery.plan([step], status(alive=("hv2", "hv3"), records={
+        "web": migrating, "db": RUNNING}, running={"web": ["hv3"]}), ITEMS, "c1")
+    assert done["confirm"][0]["record"]["value"] == {"host": "hv3", "state": "running"}
+
+
 def test_bad_input_names_the_vm_the_state_and_what_is_allowed():
     with pytest.raises(recovery.RecoveryError, match="did you mean 'web'"):
         recovery.requested_record("wbe", "stopped", VDM, "yasco", "me", "", "")
