@@ -71,8 +71,11 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         wanted = requested.get(name, "started")
         if wanted in ("disabled", "ignored") and kind == "ha":
             continue  # HA leaves it alone: its record stays as it is
+        # A copy on a live host (a move that landed before its source failed) is no
+        # VM down: whatever moved it records it there.
+        elsewhere = [h for h in vms[name].get("running_on") or [] if h not in failed]
         if kind != "ha" or name not in by_name or wanted == "stopped":
-            if where in failed and record.get("state") in ACTIVE:
+            if where in failed and record.get("state") in ACTIVE and not elsewhere:
                 down.append(_marked_down(vms[name], cluster,
                                          "stopped" if wanted == "stopped" else "down"))
             continue

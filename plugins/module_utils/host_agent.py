@@ -379,18 +379,20 @@ class Agent:
         """A new lease and the liveness key under it."""
         sent = self.clock()
         lease = etcd.grant_lease(int(round(self.config.ttl)))
+        # What fencing needs once the liveness key is gone: kept, not lease-bound.
+        # Written first, without the last clean stop's `stopped`: a registration that
+        # fails here is tried again, and a host alive never keeps that word.
+        facts = {k: v for k, v in self._alive_value().items()
+                 if k in ("address", "ceph_addrs", "boot_id", "agent_version")}
+        known = etcd.get(self.keys["registered"])
+        if known is None or json_or_none(known.value) != facts:
+            etcd.put(self.keys["registered"], to_json(facts))
         etcd.put(self.keys["alive"], to_json(self._alive_value()), lease=lease.id)
         with self.lock:
             self.lease, self.last_ok, self.disconnected = lease.id, sent, False
             self.unregistered, self.storage_fenced_at = False, 0.0
             self.registered_at = self.clock()
         LOG.info("registered %s under lease %x", self.keys["alive"], lease.id)
-        # What fencing needs once the liveness key is gone: kept, not lease-bound.
-        facts = {k: v for k, v in self._alive_value().items()
-                 if k in ("address", "ceph_addrs", "boot_id", "agent_version")}
-        known = etcd.get(self.keys["registered"])
-        if known is None or json_or_none(known.value) != facts:
-            etcd.put(self.keys["registered"], to_json(facts))
         marker = etcd.get(self.keys["maintenance"])
         if marker is not None and _by_agent(marker.value):
             # Written by this agent's own graceful stop; an operator's marker stays.
@@ -937,6 +939,14 @@ class Agent:
             etcd.put(self.keys["registered"], to_json({
                 **facts, "stopped": cluster_events.timestamp(), "stop_reason": reason}))
 
+    def _unsay_stopped(self, etcd: EtcdClient) -> None:
+        known = etcd.get(self.keys["registered"])
+        facts = json_or_none(known.value) if known is not None else None
+        if isinstance(facts, dict) and "stopped" in facts:
+            etcd.put_if(self.keys["registered"], to_json({
+                k: v for k, v in facts.items() if k not in ("stopped", "stop_reason")}),
+                mod_revision=known.mod_revision)
+
     def _mark_off(self, etcd: EtcdClient, off: list[str]) -> None:
         """Add to the agent's own marker the HA VMs now off for sure: the reconciler
         starts those elsewhere even once this host's lease is gone."""
@@ -1051,14 +1061,18 @@ class Agent:
             # Created only if absent: a drain's or an operator's marker says more,
             # and must outlive this stop and the next start.
             self._mark(etcd, reason)
-            self._say_stopped(etcd, reason)
-            if lease:
+            if lease:  # not after a self-fence: its VMs are the evacuation's
+                self._say_stopped(etcd, reason)
                 etcd.revoke_lease(lease)
             self.stopped_cleanly = True
             LOG.info("stopped (%s, shutdown_policy %s): maintenance marker written, lease "
                      "revoked", reason, policy)
         except EtcdError as err:
             LOG.critical("cannot mark maintenance before stopping (%s): self-fencing", err)
+            try:  # the lease expires unrevoked: not a clean stop, as far as it can say
+                self._unsay_stopped(etcd)
+            except EtcdError:
+                pass
             try:
                 self.self_fence(lv.connect(self.config.libvirt_uri), first=True)
                 self.stopped_cleanly = True

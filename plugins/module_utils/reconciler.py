@@ -324,7 +324,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             if state == FAILED or (state != MIGRATING and host not in running):
                 standing[vm] = f"runs on {', '.join(running)}; its record says {state} on {host}"
             continue
-        if state == MIGRATING:
+        if state == MIGRATING and observed["hosts"].get(host, {}).get("alive"):
             standing[vm] = "a live migration owns it"
             continue
         if state in ACTIVE and host not in observed["hosts"]:

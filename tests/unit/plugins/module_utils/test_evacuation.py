@@ -105,6 +105,13 @@ def test_a_host_that_went_down_in_maintenance_without_a_clean_stop_is_evacuated(
     done = plan(status(maintenance=("hv1",)), VDM, ITEMS)
     assert done["failed"] == ["hv1"]
     assert [(s["vm"], s["to"]) for s in done["start"]] == [("db", "hv3"), ("web", "hv2")]
+    assert [d["vm"] for d in done["down"]] == ["plain"]
+    # The plain VM's move landed on hv3 before hv1 crashed: it is not down.
+    landed = {**{n: {"host": h, "state": "running"} for n, h in VDM["home"].items()},
+              "plain": {"host": "hv1", "state": "migrating", "to": "hv3"}}
+    done = plan(status(maintenance=("hv1",), records=landed, running={
+        **{n: [h] for n, h in VDM["home"].items()}, "plain": ["hv3"]}), VDM, ITEMS)
+    assert done["failed"] == ["hv1"] and done["down"] == []
     moved = {n: {"host": "hv2", "state": "running"}
              for n in VDM["home"]}
     done = plan(status(maintenance=("hv1",), records=moved,

@@ -471,6 +471,10 @@ def test_a_host_that_went_down_in_maintenance_uncleanly_is_evacuated_at_once():
     # Never registered (no agent ever ran there): nothing to fence it by.
     observed["hosts"]["hv1"].pop("registered")
     assert decide(observed, Memory(), policy, 0.0)["evacuate"] == []
+    # Its VM was being moved by the drain, and runs nowhere: the move died with it.
+    observed["hosts"]["hv1"]["registered"] = {"address": "10.0.0.11"}
+    observed["records"]["web"] = ({"host": "hv1", "state": "migrating", "to": "hv2"}, 12)
+    assert decide(observed, Memory(), policy, 0.0)["evacuate"] == ["hv1"]
 
 
 def test_ha_vms_a_host_shut_down_as_it_went_down_are_started_elsewhere():
