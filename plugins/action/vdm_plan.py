@@ -23,7 +23,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import (
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd_quorum import quorum_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
-    VdmInputError, load_problem, problem_digest)
+    VdmInputError, headline, load_problem, problem_digest)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
     OBJECTIVES, VdmInfeasible, VdmNotFound, np, plan)
 
@@ -133,8 +133,8 @@ class ActionModule(ActionBase):
         try:
             problem = load_problem(per_host, global_vars)
         except VdmInputError as err:
-            result.update(failed=True, problems=err.problems,
-                          msg="invalid VDM input: " + "; ".join(err.problems))
+            result.update(failed=True, problems=err.problems, _ansible_verbose_always=True,
+                          msg=headline("invalid VDM input", err.problems))
             return result
         quorum = quorum_problem(_native(first.get("yasco_etcd_endpoints") or []),
                                 {h: {h, str(v.get("ansible_host", h))}
@@ -202,8 +202,8 @@ class ActionModule(ActionBase):
             probe, outcomes = vdm_what_if.what_if(per_host, global_vars, args["what_if"],
                                                   args["what_if_flavour"], args["time_limit"])
         except VdmInputError as err:
-            result.update(failed=True, problems=err.problems,
-                          msg="invalid what-if: " + "; ".join(err.problems))
+            result.update(failed=True, problems=err.problems, _ansible_verbose_always=True,
+                          msg=headline("invalid what-if", err.problems))
             return result
         lines = vdm_what_if.table(probe, outcomes)
         result.update(changed=False, flavour=probe, table=lines,

@@ -27,7 +27,7 @@ def vm_provisioning(vms, vdm, defaults, cluster, uris):
         return provisioning_items(vms or {}, vdm or {}, defaults or {}, cluster or {},
                                   uris or {})
     except ProvisioningError as err:
-        raise AnsibleFilterError("cannot provision: " + "; ".join(err.problems)) from err
+        raise AnsibleFilterError(str(err)) from err
 
 
 def _key(name, make, *args, **kwargs):

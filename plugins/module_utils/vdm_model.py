@@ -32,13 +32,30 @@ VM_KEYS = {"vcpus", "memory_mb", "disk_gb", "net_mbps", "ha", "priority", "preem
 VM_KEYS_IGNORED = {"image", "kernel", "initrd", "cmdline", "networks", "cloud_init",
                    "autostart_on_home", "guest_agent", "on_crash", "watchdog"}
 CAPACITY_KEYS = set(RESOURCES)
+UNITS = {"vcpus": "a number of vCPUs", "memory_mb": "a size in MB",
+         "disk_gb": "a size in GB", "net_mbps": "a bandwidth in Mbps"}
+
+
+def headline(what: str, problems: list[str]) -> str:
+    """A failed task's message: the one problem, or how many there are and where."""
+    if len(problems) == 1:
+        return f"{what}: {problems[0]}"
+    return (f"{what}: {len(problems)} problems, one per line in `problems`; fix them all "
+            "and run again")
+
+
+def problems_text(what: str, problems: list[str]) -> str:
+    """An error's text: the one problem after `what`, or each on a line of its own."""
+    if len(problems) == 1:
+        return headline(what, problems)
+    return f"{what}, {len(problems)} problems:" + "".join(f"\n  - {p}" for p in problems)
 
 
 class VdmInputError(Exception):
     """The inventory does not describe a valid planning problem; `problems` says where."""
 
     def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
+        super().__init__(problems_text("invalid VDM input", problems))
         self.problems = problems
 
 
@@ -111,9 +128,17 @@ def problem_digest(problem: Problem) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def vm_field(name: str, key: str | None = None) -> str:
+    """Where a VM's setting is in the inventory: `yasco_vms.web1.memory_mb`."""
+    return f"yasco_vms.{name}" + (f".{key}" if key else "")
+
+
 def _number(value: Any, where: str, problems: list[str], *, positive: bool,
             integer: bool = False) -> float | None:
     kind = "an integer" if integer else "a number"
+    if value is None:  # `memory_mb:` with nothing after it
+        problems.append(f"{where}: is empty; give it {kind}")
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
             (integer and not float(value).is_integer()):
         problems.append(f"{where}: must be {kind}, got {value!r}")
@@ -127,6 +152,12 @@ def _number(value: Any, where: str, problems: list[str], *, positive: bool,
 
 def _resources(spec: Any, where: str, problems: list[str], *, required: tuple[str, ...]
                ) -> dict[str, float]:
+    if spec is None:
+        if required:
+            problems.append(f"{where}: missing; set it to a mapping of "
+                            f"{', '.join(required)} (and optionally the others of "
+                            f"{', '.join(RESOURCES)})")
+        return {}
     if not isinstance(spec, dict):
         problems.append(f"{where}: must be a mapping of {', '.join(RESOURCES)}, got {spec!r}")
         return {}
@@ -136,7 +167,7 @@ def _resources(spec: Any, where: str, problems: list[str], *, required: tuple[st
     for key in RESOURCES:
         if key not in spec:
             if key in required:
-                problems.append(f"{where}.{key}: missing")
+                problems.append(f"{where}.{key}: missing; give it {UNITS[key]}")
             continue
         value = _number(spec[key], f"{where}.{key}", problems, positive=key in required)
         if value is not None:
@@ -152,13 +183,14 @@ def _hosts(hostvars: dict[str, dict], default_ratio: float, problems: list[str]
         where = f"host {name}"
         capacity = _resources(hv.get("yasco_capacity"), f"{where}: yasco_capacity", problems,
                               required=("vcpus", "memory_mb"))
-        reserved = _resources(hv.get("yasco_reserved", {}), f"{where}: yasco_reserved",
+        reserved = _resources(hv.get("yasco_reserved") or {}, f"{where}: yasco_reserved",
                               problems, required=())
         ratio = hv.get("yasco_cpu_allocation_ratio", default_ratio)
         ratio = _number(ratio, f"{where}: yasco_cpu_allocation_ratio", problems, positive=True)
         domain = hv.get("yasco_failure_domain")
         if domain is not None and not isinstance(domain, str):
-            problems.append(f"{where}: yasco_failure_domain must be a string, got {domain!r}")
+            problems.append(f"{where}: yasco_failure_domain: must be a string (the rack, "
+                            f"room or power feed the host shares with others), got {domain!r}")
         if len(capacity) < 2 or ratio is None:
             continue
         usable = {}
@@ -176,39 +208,40 @@ def _hosts(hostvars: dict[str, dict], default_ratio: float, problems: list[str]
 def _allowed_hosts(name: str, spec: dict, hostvars: dict[str, dict], problems: list[str]
                    ) -> frozenset[str]:
     allowed = set(hostvars)
-    where = f"VM {name}"
+    where = vm_field(name)
     if "hosts" in spec:
         listed = spec["hosts"]
         if not isinstance(listed, list) or not all(isinstance(h, str) for h in listed):
-            problems.append(f"{where}: hosts must be a list of host names, got {listed!r}")
+            problems.append(f"{where}.hosts: must be a list of host names of "
+                            f"yasco_hypervisors, got {listed!r}")
         else:
             for unknown in sorted(set(listed) - set(hostvars)):
-                problems.append(f"{where}: hosts names {unknown!r}, which is not in "
+                problems.append(f"{where}.hosts: names {unknown!r}, which is not in "
                                 f"yasco_hypervisors{_did_you_mean(unknown, hostvars)}")
             allowed &= set(listed)
     expression = spec.get("placement")
     if expression is not None:
         if jmespath is None:
-            raise VdmInputError([f"{where}: placement needs the Python library jmespath"])
+            raise VdmInputError([f"{where}.placement: needs the Python library jmespath"])
         try:
             compiled = jmespath.compile(expression)
             allowed = {h for h in allowed if compiled.search(hostvars[h])}
         except (JMESPathError, TypeError, ValueError) as err:
-            problems.append(f"{where}: placement {expression!r} is not a valid JMESPath "
+            problems.append(f"{where}.placement: {expression!r} is not a valid JMESPath "
                             f"expression: {err}")
     return frozenset(allowed)
 
 
 def _vm(name: str, spec: Any, defaults: dict, hostvars: dict[str, dict],
         problems: list[str]) -> Vm | None:
-    where = f"VM {name}"
+    where = vm_field(name)
     if not isinstance(spec, dict):
         problems.append(f"{where}: must be a mapping, got {spec!r}")
         return None
     spec = {**{k: v for k, v in defaults.items() if k in VM_KEYS}, **spec}
     for key in sorted(set(spec) - VM_KEYS - VM_KEYS_IGNORED):
         hint = _did_you_mean(key, VM_KEYS | VM_KEYS_IGNORED)
-        problems.append(f"{where}: unknown key {key!r}{hint}; known keys are "
+        problems.append(f"{where}.{key}: unknown key{hint}; known keys are "
                         f"{', '.join(sorted(VM_KEYS))}")
     before = len(problems)
     sizes = {}
@@ -216,39 +249,44 @@ def _vm(name: str, spec: Any, defaults: dict, hostvars: dict[str, dict],
                           ("net_mbps", False)):
         if key not in spec:
             if key in ("vcpus", "memory_mb"):
-                problems.append(f"{where}: {key} missing")
+                problems.append(f"{where}.{key}: missing; give it {UNITS[key]}, here "
+                                f"or in yasco_vm_defaults")
             continue
-        value = _number(spec[key], f"{where}: {key}", problems, positive=positive)
+        value = _number(spec[key], f"{where}.{key}", problems, positive=positive)
         if value is not None:
             sizes[key] = value
     flags = {}
     for key in ("ha", "preemptible"):
         value = spec.get(key, False)
         if not isinstance(value, bool):
-            problems.append(f"{where}: {key} must be true or false, got {value!r}")
+            problems.append(f"{where}.{key}: must be true or false, got {value!r}")
         flags[key] = value is True
     if flags["ha"] and flags["preemptible"]:
-        problems.append(f"{where}: ha and preemptible exclude each other: a preemptible VM "
-                        "is stopped to make room, an HA VM is restarted")
+        problems.append(f"{where}: ha and preemptible exclude each other (a preemptible VM "
+                        "is stopped to make room, an HA VM is restarted); set one of them "
+                        "to false")
     priority = spec.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        problems.append(f"{where}: priority must be an integer, got {priority!r}")
+        problems.append(f"{where}.priority: must be an integer (higher starts first), "
+                        f"got {priority!r}")
     labels = spec.get("anti_affinity", [])
     if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
-        problems.append(f"{where}: anti_affinity must be a list of labels, got {labels!r}")
+        problems.append(f"{where}.anti_affinity: must be a list of labels, got {labels!r}")
         labels = []
     allowed = _allowed_hosts(name, spec, hostvars, problems)
     home = spec.get("home")
     if home is not None:
         if home not in hostvars:
-            problems.append(f"{where}: home {home!r} is not in yasco_hypervisors"
+            problems.append(f"{where}.home: {home!r} is not in yasco_hypervisors"
                             f"{_did_you_mean(home, hostvars)}")
         elif home not in allowed:
-            problems.append(f"{where}: home {home!r} is not allowed by its hosts/placement")
+            problems.append(f"{where}.home: {home!r} is not allowed by the VM's hosts or "
+                            f"placement")
     if len(problems) > before:
         return None
     if not allowed:
-        problems.append(f"{where}: no hypervisor is allowed by its hosts/placement")
+        problems.append(f"{where}: no hypervisor is allowed by its hosts and placement; "
+                        f"widen one of them")
         return None
     return Vm(name, vcpus=sizes["vcpus"], memory_mb=sizes["memory_mb"],
               disk_gb=sizes.get("disk_gb", 0), net_mbps=sizes.get("net_mbps", 0),
@@ -323,7 +361,7 @@ def load_problem(hostvars: dict[str, dict], global_vars: dict[str, Any]) -> Prob
         candidates = [vm.home] if vm.home else sorted(vm.allowed)
         fitting = [h for h in candidates if h in hosts and not hosts[h].overruns([vm])]
         if not fitting:
-            problems.append(f"VM {name}: larger than every hypervisor it may run on "
+            problems.append(f"{vm_field(name)}: larger than every hypervisor it may run on "
                             f"({vm.vcpus:g} vCPUs, {vm.memory_mb:g} MB"
                             + (f", {vm.net_mbps:g} Mbps" if vm.net_mbps else "") + ")"
                             + _largest(hosts[h] for h in candidates if h in hosts))

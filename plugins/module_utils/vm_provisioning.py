@@ -17,6 +17,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import json_or_none
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import ON_CRASH
+from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import problems_text, vm_field
 
 # The VM fields provisioning reads (the planner's fields are checked by vdm_model).
 BOOT_KEYS = {"image", "disk_gb", "kernel", "initrd", "cmdline", "networks", "cloud_init",
@@ -29,7 +30,7 @@ class ProvisioningError(Exception):
     """The inventory cannot be provisioned as it is; `problems` says where."""
 
     def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
+        super().__init__(problems_text("cannot provision", problems))
         self.problems = problems
 
 
@@ -41,11 +42,11 @@ def _networks(name: str, value: Any, problems: list[str]) -> list[dict[str, Any]
     if value is None:
         return []
     if not isinstance(value, list):
-        problems.append(f"VM {name}: networks must be a list, got {value!r}")
+        problems.append(f"{vm_field(name, 'networks')}: must be a list, got {value!r}")
         return []
     nics = []
     for index, item in enumerate(value):
-        where = f"VM {name}: networks[{index}]"
+        where = f"{vm_field(name, 'networks')}[{index}]"
         if isinstance(item, str):
             nics.append({"network": item})
         elif isinstance(item, dict) and len({"network", "bridge"} & set(item)) == 1 \
@@ -60,7 +61,7 @@ def _networks(name: str, value: Any, problems: list[str]) -> list[dict[str, Any]
 def _cloud_init(name: str, value: Any, problems: list[str]) -> dict[str, Any] | None:
     if value is None:
         return None
-    where = f"VM {name}: cloud_init"
+    where = vm_field(name, "cloud_init")
     if not isinstance(value, dict) or "user_data" not in value \
             or set(value) - CLOUD_INIT_KEYS:
         problems.append(f"{where}: must be a mapping with user_data (and optionally "
@@ -77,7 +78,8 @@ def _disk_size(name: str, spec: dict[str, Any], problems: list[str]) -> str | No
     if size is None:
         return None
     if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0:
-        problems.append(f"VM {name}: disk_gb must be a positive number, got {size!r}")
+        problems.append(f"{vm_field(name, 'disk_gb')}: must be a positive number of GB, "
+                        f"got {size!r}")
         return None
     return f"{int(size * 1024)}M"
 
@@ -87,7 +89,8 @@ def _base_image(name: str, image: Any, pool: str, problems: list[str]) -> str | 
     if image is None:
         return None
     if not isinstance(image, str) or not image:
-        problems.append(f"VM {name}: image must be a base image name, got {image!r}")
+        problems.append(f"{vm_field(name, 'image')}: must be a base image name, "
+                        f"got {image!r}")
         return None
     if "/" not in image:
         image = f"{pool}/{image}"
@@ -106,23 +109,25 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
                                  "yasco_virt_type)"])
     home = (vdm or {}).get("home") or {}
     for name in sorted(set(vms) - set(home)):
-        problems.append(f"VM {name}: not in the VDM; plan again (playbooks/plan.yml)")
+        problems.append(f"{vm_field(name)}: not in the VDM; plan again (playbooks/plan.yml)")
     for name in sorted(set(home) - set(vms)):
-        problems.append(f"VM {name}: in the VDM but not in yasco_vms; plan again")
+        problems.append(f"VM {name}: in the VDM but not in yasco_vms; plan again "
+                        "(playbooks/plan.yml)")
     items = []
     for name in sorted(vms):
         spec = {**(defaults or {}), **(vms[name] or {})}
         host = home.get(name)
         if host is not None and host not in uris:
-            problems.append(f"VM {name}: its home {host} has no yasco_libvirt_uri")
+            problems.append(f"{vm_field(name)}: its home {host} has no yasco_libvirt_uri; "
+                            f"set it in {host}'s host variables")
         kind = "ha" if spec.get("ha") else "preemptible" if spec.get("preemptible") else "plain"
         drive = _cloud_init(name, spec.get("cloud_init"), problems)
         disk = {"pool": cluster["pool"], "name": name,
                 "size": _disk_size(name, spec, problems),
                 "clone_from": _base_image(name, spec.get("image"), cluster["pool"], problems)}
         if disk["size"] is None and disk["clone_from"] is None:
-            problems.append(f"VM {name}: give disk_gb (a blank disk) or image (a base image "
-                            "to clone)")
+            problems.append(f"{vm_field(name)}: give disk_gb (a blank disk) or image (a base "
+                            "image to clone)")
         rbd = {"monitors": list(cluster["monitors"]), "auth_user": cluster["ceph_user"],
                "secret_uuid": cluster["secret_uuid"]}
         disks = [{"rbd": f"{cluster['pool']}/{name}", **rbd}]
@@ -138,18 +143,20 @@ def provisioning_items(vms: dict[str, Any], vdm: dict[str, Any], defaults: dict[
                 domain[key] = spec[key]
         for flag in ("guest_agent", "watchdog"):
             if not isinstance(spec.get(flag, False), bool):
-                problems.append(f"VM {name}: {flag} must be true or false, got "
+                problems.append(f"{vm_field(name, flag)}: must be true or false, got "
                                 f"{spec[flag]!r}")
             elif spec.get(flag):
                 domain[flag] = True
         if spec.get("on_crash") not in (None, *ON_CRASH):
-            problems.append(f"VM {name}: on_crash must be one of {', '.join(ON_CRASH)}, "
+            problems.append(f"{vm_field(name, 'on_crash')}: must be one of "
+                            f"{', '.join(ON_CRASH)}, "
                             f"got {spec['on_crash']!r}")
         elif spec.get("on_crash"):
             domain["on_crash"] = spec["on_crash"]
         autostart = spec.get("autostart_on_home", True)
         if not isinstance(autostart, bool):
-            problems.append(f"VM {name}: autostart_on_home must be true or false")
+            problems.append(f"{vm_field(name, 'autostart_on_home')}: must be true or false, "
+                            f"got {autostart!r}")
         items.append({"name": name, "home": host, "uri": uris.get(host), "kind": kind,
                       "record_key": etcd_keys.vm_key(
                           name, cluster=cluster.get("name") or etcd_keys.DEFAULT_CLUSTER),

@@ -95,8 +95,11 @@ def test_invalid_input_names_the_vm_and_the_field(tmp_path):
     inv = inventory(tmp_path, {**VMS, "db2": {"vcpus": 1, "memory_mb": -5, "hosts": ["hv9"]}})
     rc, task = run_plan(inv)
     assert rc != 0
-    assert "VM db2: memory_mb: must be positive, got -5" in task["problems"]
-    assert "VM db2: hosts names 'hv9', which is not in yasco_hypervisors" in task["problems"]
+    # One problem per line, under a headline that says how many.
+    assert task["msg"].startswith("invalid VDM input: 2 problems, one per line in `problems`")
+    assert task["problems"] == [
+        "yasco_vms.db2.memory_mb: must be positive, got -5",
+        "yasco_vms.db2.hosts: names 'hv9', which is not in yasco_hypervisors"]
     assert not vdm_file(inv).exists()
 
 

@@ -58,39 +58,48 @@ def test_failure_sets_cover_up_to_x_hosts_and_whole_domains():
 
 
 @pytest.mark.parametrize("vms, hostvars, settings, expected", [
-    ({"a": {"vcpus": 1}}, None, {}, "VM a: memory_mb missing"),
-    ({"a": {"vcpus": -1, "memory_mb": 1}}, None, {}, "VM a: vcpus: must be positive"),
-    ({"a": {"vcpus": 1, "memory_mb": "lots"}}, None, {}, "VM a: memory_mb: must be a number"),
-    ({"a": {"vcpus": 1, "memory_mb": 1, "colour": "red"}}, None, {}, "VM a: unknown key 'colour'"),
+    ({"a": {"vcpus": 1}}, None, {},
+     "yasco_vms.a.memory_mb: missing; give it a size in MB, here or in yasco_vm_defaults"),
+    ({"a": {"vcpus": -1, "memory_mb": 1}}, None, {}, "yasco_vms.a.vcpus: must be positive"),
+    ({"a": {"vcpus": 1, "memory_mb": "lots"}}, None, {}, "yasco_vms.a.memory_mb: must be a number"),
+    ({"a": {"vcpus": 1, "memory_mb": 1, "colour": "red"}}, None, {},
+     "yasco_vms.a.colour: unknown key; known keys are "),
     ({"a": {"vcpus": 1, "memory_mb": 1, "hosts": ["hv9"]}}, None, {},
-     "VM a: hosts names 'hv9', which is not in yasco_hypervisors"),
+     "yasco_vms.a.hosts: names 'hv9', which is not in yasco_hypervisors"),
     ({"a": {"vcpus": 1, "memory_mb": 1, "placement": "yasco_capacity.["}}, None, {},
-     "VM a: placement 'yasco_capacity.[' is not a valid JMESPath expression"),
+     "yasco_vms.a.placement: 'yasco_capacity.[' is not a valid JMESPath expression"),
     ({"a": {"vcpus": 1, "memory_mb": 1, "placement": "yasco_failure_domain == 'rack-z'"}},
-     None, {}, "VM a: no hypervisor is allowed"),
+     None, {}, "yasco_vms.a: no hypervisor is allowed"),
     ({"a": {"vcpus": 1, "memory_mb": 999999}}, None, {},
-     "VM a: larger than every hypervisor it may run on"),
+     "yasco_vms.a: larger than every hypervisor it may run on"),
     ({"a": {"vcpus": 1, "memory_mb": 1, "ha": True, "preemptible": True}}, None, {},
-     "VM a: ha and preemptible exclude each other"),
+     "yasco_vms.a: ha and preemptible exclude each other"),
     ({"a": {"vcpus": 1, "memory_mb": 1, "home": "hv9"}}, None, {},
-     "VM a: home 'hv9' is not in yasco_hypervisors"),
+     "yasco_vms.a.home: 'hv9' is not in yasco_hypervisors"),
     # A misspelt name gets the known one it is closest to; a name far from all, none.
     ({"a": {"vcpus": 1, "memory_mb": 1, "memroy_mb": 2}}, None, {},
-     "VM a: unknown key 'memroy_mb'; did you mean 'memory_mb'?; known keys are "),
+     "yasco_vms.a.memroy_mb: unknown key; did you mean 'memory_mb'?; known keys are "),
     ({"a": {"vcpus": 1, "memory_mb": 1, "home": "hv01"}}, None, {},
-     "VM a: home 'hv01' is not in yasco_hypervisors; did you mean 'hv1'?"),
+     "yasco_vms.a.home: 'hv01' is not in yasco_hypervisors; did you mean 'hv1'?"),
     ({"a": {"vcpus": 1, "memory_mb": 1, "hosts": ["hv01", "hv9"]}}, None, {},
-     "VM a: hosts names 'hv01', which is not in yasco_hypervisors; did you mean 'hv1'?"),
+     "yasco_vms.a.hosts: names 'hv01', which is not in yasco_hypervisors; did you mean 'hv1'?"),
     # The largest host it may run on, for a VM that fits none.
     ({"a": {"vcpus": 1, "memory_mb": 999999, "hosts": ["hv1", "hv2"]}},
      {"hv1": {"yasco_capacity": {"vcpus": 4, "memory_mb": 4096}},
       "hv2": {"yasco_capacity": {"vcpus": 8, "memory_mb": 16384},
               "yasco_reserved": {"memory_mb": 2048}},
       "hv3": {"yasco_capacity": {"vcpus": 64, "memory_mb": 524288}}}, {},
-     "VM a: larger than every hypervisor it may run on (1 vCPUs, 999999 MB); the largest, "
+     "yasco_vms.a: larger than every hypervisor it may run on (1 vCPUs, 999999 MB); the largest, "
      "hv2, holds 8 vCPUs and 14336 MB after yasco_reserved and the CPU allocation ratio"),
     ({}, {"hv1": {"yasco_capacity": {"vcpus": 4}}}, {},
-     "host hv1: yasco_capacity.memory_mb: missing"),
+     "host hv1: yasco_capacity.memory_mb: missing; give it a size in MB"),
+    # Missing or empty, a field says so and what it takes, not "got None".
+    ({}, {"hv1": {}}, {},
+     "host hv1: yasco_capacity: missing; set it to a mapping of vcpus, memory_mb"),
+    ({"a": {"vcpus": 1, "memory_mb": None}}, None, {},
+     "yasco_vms.a.memory_mb: is empty; give it a number"),
+    ({"a": {"vcpus": 1, "memory_mb": 1, "priority": "high"}}, None, {},
+     "yasco_vms.a.priority: must be an integer (higher starts first), got 'high'"),
     ({}, {"hv1": {"yasco_capacity": {"vcpus": 4, "memory_mb": 1024},
                   "yasco_reserved": {"memory_mb": 2048}}}, {},
      "host hv1: yasco_reserved.memory_mb (2048) is more than yasco_capacity.memory_mb (1024)"),
@@ -108,11 +117,23 @@ def test_invalid_input_names_the_vm_or_host_and_the_field(vms, hostvars, setting
 def test_a_name_far_from_every_known_one_gets_no_suggestion():
     with pytest.raises(VdmInputError) as raised:
         problem(vms={"a": {"vcpus": 1, "memory_mb": 1, "hosts": ["hv9"], "colour": "red"}})
-    assert "VM a: hosts names 'hv9', which is not in yasco_hypervisors" in raised.value.problems
+    assert "yasco_vms.a.hosts: names 'hv9', which is not in yasco_hypervisors" in \
+        raised.value.problems
     assert not [p for p in raised.value.problems if "did you mean" in p]
 
 
-def test_every_problem_is_reported_at_once():
+def test_every_problem_is_reported_at_once_each_on_a_line_of_its_own():
     with pytest.raises(VdmInputError) as raised:
         problem(vms={"a": {"vcpus": 0, "memory_mb": 1}, "b": {"memory_mb": 1}})
     assert len(raised.value.problems) == 2
+    assert str(raised.value).splitlines() == [
+        "invalid VDM input, 2 problems:",
+        "  - yasco_vms.a.vcpus: must be positive, got 0",
+        "  - yasco_vms.b.vcpus: missing; give it a number of vCPUs, here or in "
+        "yasco_vm_defaults"]
+
+
+def test_a_single_problem_is_said_on_one_line():
+    with pytest.raises(VdmInputError) as raised:
+        problem(vms={"a": {"vcpus": 0, "memory_mb": 1}})
+    assert str(raised.value) == "invalid VDM input: yasco_vms.a.vcpus: must be positive, got 0"

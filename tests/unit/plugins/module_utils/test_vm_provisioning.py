@@ -30,9 +30,9 @@ def test_a_panic_resets_the_guest_unless_the_vm_says_destroy_and_a_watchdog_is_a
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"on_crash": "reboot"}, "VM web: on_crash must be one of restart, destroy, got 'reboot'"),
-    ({"watchdog": "yes"}, "VM web: watchdog must be true or false, got 'yes'"),
-    ({"guest_agent": 1}, "VM web: guest_agent must be true or false, got 1"),
+    ({"on_crash": "reboot"}, "yasco_vms.web.on_crash: must be one of restart, destroy, got 'reboot'"),
+    ({"watchdog": "yes"}, "yasco_vms.web.watchdog: must be true or false, got 'yes'"),
+    ({"guest_agent": 1}, "yasco_vms.web.guest_agent: must be true or false, got 1"),
 ])
 def test_a_wrong_crash_or_watchdog_field_names_the_vm_and_what_it_may_be(fields, message):
     with pytest.raises(ProvisioningError) as raised:
