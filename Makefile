@@ -1,7 +1,7 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
 .PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery bench-fencing \
-	bench-power-fencing sanity units chaos
+	bench-power-fencing sanity units chaos lock
 
 setup:
 	@scripts/bootstrap
@@ -53,6 +53,15 @@ SEEDS ?=
 chaos: setup
 	@set -e; for seed in $${SEEDS:-$$(od -An -N3 -tu4 /dev/urandom)}; do \
 	  .venv/bin/yasco-lab chaos --seed $$seed --episodes $(EPISODES); done
+
+# requirements/lock.txt, the exact versions every install is held to, resolved again
+# from the ranges in requirements/*.in (versions already locked are kept where they
+# still fit; `make lock UPGRADE=1` takes the newest in range instead).
+lock: setup
+	.venv/bin/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-trusted-host \
+	  --no-emit-find-links --annotation-style=line $(if $(UPGRADE),--upgrade) \
+	  --output-file requirements/lock.txt \
+	  requirements/controller.in requirements/test.in requirements/lab.in lab/pyproject.toml
 
 # ansible-test sanity on the collection (also run by `make test`).
 sanity: setup

@@ -325,3 +325,31 @@ def test_the_de_has_what_the_event_source_imports_and_no_ceph_or_libvirt(de):
     assert uncovered(imported, de.python, de.debian_packages) == []
     assert not {"python3-rados", "python3-rbd", "ceph-common", "python3-libvirt",
                 "libvirt0"} & de.debian_packages
+
+
+def locked() -> dict[str, str]:
+    """requirements/lock.txt: each package's exact version."""
+    pins = {}
+    for line in requirement_lines((ROOT / "requirements" / "lock.txt").read_text()):
+        requirement = Requirement(line)
+        (spec,) = requirement.specifier
+        assert spec.operator == "==", line
+        pins[canonicalize_name(requirement.name)] = spec.version
+    return pins
+
+
+def test_the_lock_pins_every_requirement_inside_its_range_and_is_what_the_tests_run():
+    pins = locked()
+    ranges = [line for name in ("controller", "test", "lab")
+              for line in requirement_lines((ROOT / "requirements" / f"{name}.in").read_text())]
+    for line in ranges:
+        requirement = Requirement(line)
+        pin = pins.get(canonicalize_name(requirement.name))
+        assert pin is not None, f"{line}: not in requirements/lock.txt; run make lock"
+        assert requirement.specifier.contains(pin, prereleases=True), (
+            f"{line}: locked at {pin}; run make lock")
+    # `make setup` holds every install to the lock: what runs here is what it says.
+    for name, pin in pins.items():
+        assert importlib.metadata.version(name) == pin, (name, pin)
+    assert requirement_lines((ROOT / "requirements.txt").read_text())[0] == \
+        "-c requirements/lock.txt"
