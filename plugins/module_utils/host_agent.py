@@ -928,24 +928,20 @@ class Agent:
             "since": cluster_events.timestamp(), "by": "agent", "reason": reason, **more}),
             mod_revision=0).succeeded
 
-    def _say_stopped(self, etcd: EtcdClient, reason: str) -> None:
+    def _say_stopped(self, etcd: EtcdClient, reason: str | None) -> None:
         """Write into this host's registration that its agent stopped cleanly, before
-        the lease goes: a host in maintenance whose lease goes without it went down
-        uncleanly (etcd_keys.died_in_maintenance), and its VMs fail over. The next
-        registration writes the record afresh, without it."""
+        the lease goes, or with `reason` None take that back (a stop whose revoke
+        failed): a host in maintenance whose lease goes without it went down uncleanly
+        (etcd_keys.died_in_maintenance), and its VMs fail over. The next registration
+        writes the record afresh, without it."""
         known = etcd.get(self.keys["registered"])
         facts = json_or_none(known.value) if known is not None else None
-        if isinstance(facts, dict):
-            etcd.put(self.keys["registered"], to_json({
-                **facts, "stopped": cluster_events.timestamp(), "stop_reason": reason}))
-
-    def _unsay_stopped(self, etcd: EtcdClient) -> None:
-        known = etcd.get(self.keys["registered"])
-        facts = json_or_none(known.value) if known is not None else None
-        if isinstance(facts, dict) and "stopped" in facts:
-            etcd.put_if(self.keys["registered"], to_json({
-                k: v for k, v in facts.items() if k not in ("stopped", "stop_reason")}),
-                mod_revision=known.mod_revision)
+        if not isinstance(facts, dict) or (reason is None and "stopped" not in facts):
+            return
+        facts = {k: v for k, v in facts.items() if k not in ("stopped", "stop_reason")}
+        if reason is not None:
+            facts.update(stopped=cluster_events.timestamp(), stop_reason=reason)
+        etcd.put_if(self.keys["registered"], to_json(facts), mod_revision=known.mod_revision)
 
     def _mark_off(self, etcd: EtcdClient, off: list[str]) -> None:
         """Add to the agent's own marker the HA VMs now off for sure: the reconciler
@@ -1070,7 +1066,7 @@ class Agent:
         except EtcdError as err:
             LOG.critical("cannot mark maintenance before stopping (%s): self-fencing", err)
             try:  # the lease expires unrevoked: not a clean stop, as far as it can say
-                self._unsay_stopped(etcd)
+                self._say_stopped(etcd, None)
             except EtcdError:
                 pass
             try:

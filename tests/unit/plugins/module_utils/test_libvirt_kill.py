@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,27 @@ from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 
 @pytest.fixture(name="domain")
 def fixture_domain():
+    """The test driver's domain `test`, running. Every connection of one process shares
+    the driver's state, so while another test holds one open, a domain destroyed by
+    the test before stays so: it is started again here."""
     conn = lv.connect("test:///default")
-    yield conn.lookupByName("test")
+    dom = conn.lookupByName("test")
+    if not dom.isActive():
+        dom.create()
+    yield dom
     conn.close()
 
 
 def process(*argv: str) -> subprocess.Popen:
-    """A process that sleeps with `argv` on its command line, as QEMU's `-name`."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    """A process that sleeps with `argv` on its command line, as QEMU's `-name`. Popen
+    returns once the child has called exec, which may be before the kernel shows the
+    new command line: it waits for that, as a QEMU started long ago has it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    cmdline = Path(f"/proc/{child.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while not cmdline.read_bytes().strip(b"\0") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return child
 
 
 def test_the_domains_qemu_is_killed_at_once_and_the_domain_destroyed(domain, tmp_path: Path):
