@@ -38,8 +38,13 @@ def _key(name, make, *args, **kwargs):
         raise AnsibleFilterError(f"{name}: {err}") from err
 
 
-def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER):
-    return _key("vm_record_key", etcd_keys.vm_key, vm, cluster=cluster)
+def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER, kind="record"):
+    """The etcd key of a VM's record, or of its requested state."""
+    makers = {"record": etcd_keys.vm_key, "requested": etcd_keys.requested_key}
+    if kind not in makers:
+        raise AnsibleFilterError(f"vm_record_key: kind must be one of {', '.join(makers)}, "
+                                 f"got {kind!r}")
+    return _key("vm_record_key", makers[kind], vm, cluster=cluster)
 
 
 def host_key(host, kind, cluster=etcd_keys.DEFAULT_CLUSTER):

@@ -191,9 +191,18 @@ def test_rebalance_moves_vms_to_new_homes_within_capacity(lab, cluster):
 def test_remove_vm_keeps_the_disk_unless_confirmed(lab, cluster):
     inventory, names = cluster
     name = names["ha1"]
-    rc, dummy = playbook("remove_vm", inventory, vm=name)
+    requested = etcd_keys.requested_key(name, cluster=layout.CLUSTER_NAME)
+    rc, results = playbook("remove_vm", inventory, vm=name)
     assert rc == 0
     assert name not in running(lab) and name not in records(lab)
+    # HA was asked to leave it alone before it was powered off, so its agent did not
+    # restart it, and the request went with the record.
+    tasks = [r["_task"] for r in results if r.get("changed")]
+    assert tasks.index("Ask HA to leave the VM alone while it is removed") < tasks.index(
+        "Power off and undefine the VM on every hypervisor"), tasks
+    assert not history(lab, "vm_restarted", [name])
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        assert etcd.get(requested) is None
     with storage.pool() as ioctx:
         assert name in rbd.RBD().list(ioctx)
     assert [(e["vm"], e["details"]) for e in history(lab, "removed", [name])] == [
