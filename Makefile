@@ -1,7 +1,7 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
 .PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery bench-fencing \
-	bench-power-fencing sanity units chaos lock
+	bench-power-fencing sanity units chaos lock controller
 
 setup:
 	@scripts/bootstrap
@@ -53,6 +53,13 @@ SEEDS ?=
 chaos: setup
 	@set -e; for seed in $${SEEDS:-$$(od -An -N3 -tu4 /dev/urandom)}; do \
 	  .venv/bin/yasco-lab chaos --seed $$seed --episodes $(EPISODES); done
+
+# A production controller without the lab (scripts/controller, docs/production.md):
+# Debian's bindings and Java, a venv at requirements/lock.txt's versions and the
+# collection installed, under PREFIX.
+PREFIX ?= /opt/yasco
+controller:
+	@scripts/controller $(PREFIX)
 
 # requirements/lock.txt, the exact versions every install is held to, resolved again
 # from the ranges in requirements/*.in (versions already locked are kept where they

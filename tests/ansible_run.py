@@ -17,20 +17,30 @@ BIN = Path(sys.executable).parent
 
 def run_playbook(playbook: Path | str | list, inventory: str = "localhost,",
                  *args: str, extra_vars: dict | None = None, tmp_path: Path | None = None,
-                 timeout: float = 300) -> tuple[int, list[dict]]:
-    """Run a playbook (a path, or plays as data written to `tmp_path`) and return its
-    exit code and the tasks' results in order, one per task and host (the host's
-    name under `_host`)."""
+                 timeout: float = 300, controller: Path | None = None
+                 ) -> tuple[int, list[dict]]:
+    """Run a playbook (a path, a collection's playbook by name, or plays as data
+    written to `tmp_path`) and return its exit code and the tasks' results in order,
+    one per task and host (the host's name under `_host`, the task's under `_task`).
+    With `controller`, a controller installed by scripts/controller there runs it,
+    with its own venv and collections and nothing of this checkout."""
     if isinstance(playbook, list):
         path = Path(tmp_path) / "play.yml"
         path.write_text(yaml.safe_dump(playbook, sort_keys=False))
         playbook = path
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
            "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_NOCOLOR": "1"}
-    command = [str(BIN / "ansible-playbook"), "-i", inventory, str(playbook), *args]
+    binary = BIN / "ansible-playbook"
+    if controller is not None:
+        binary = controller / "venv" / "bin" / "ansible-playbook"
+        del env["ANSIBLE_CONFIG"]  # none in its directory: Ansible's defaults
+        env.update(ANSIBLE_COLLECTIONS_PATH=str(controller / "collections"),
+                   PATH=f"{binary.parent}{os.pathsep}{os.environ['PATH']}")
+    command = [str(binary), "-i", inventory, str(playbook), *args]
     if extra_vars:
         command += ["-e", json.dumps(extra_vars)]
-    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    with subprocess.Popen(command, cwd=ROOT if controller is None else controller, env=env,
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as run:
         try:
             stdout, stderr = run.communicate(timeout=timeout)
@@ -54,7 +64,7 @@ def run_playbook(playbook: Path | str | list, inventory: str = "localhost,",
     for play in report["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
-                results.append({**result, "_host": host})
+                results.append({**result, "_host": host, "_task": task["task"]["name"]})
     return run.returncode, results
 
 

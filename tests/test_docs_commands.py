@@ -178,6 +178,10 @@ COVERAGE = [
             ("tests/etcd/test_etcd_lookup.py::test_keys_prefixes_defaults_and_json_records",)),
     Covered(r"\.venv/bin/ansible-inventory -i /tmp/demo\.etcd\.yml --graph", r'"ansible-inventory"',
             ("tests/etcd/test_etcd_inventory.py::test_registered_hosts_are_hypervisors_grouped_alive_failed_or_in_maintenance",)),
+    # The controller install (scripts/controller): its env, and a playbook by name.
+    Covered(r"\. /opt/yasco/env|ansible-playbook -i INVENTORY yasco\.cluster\.plan",
+            r'(?=.*"scripts" / "controller")(?=.*yasco\.cluster\.)',
+            ("tests/lab/test_eda_controller.py::test_the_controllers_rulebook_launches_evacuate_return_home_and_drain_once",)),  # noqa: E501 - a test's node id
 ]
 
 # Documented commands that no test runs, each with why. Remove an entry when a test

@@ -120,11 +120,12 @@ def etcd_leader(lab) -> str:
     raise AssertionError("no etcd leader")
 
 
-def start_watcher(inventory: Path, log: Path, index: int = 0) -> subprocess.Popen:
+def start_watcher(inventory: Path, log: Path, index: int = 0, *args: str
+                  ) -> subprocess.Popen:
     """Watcher number `index`, serving its metrics where the lab's Prometheus scrapes
-    that number."""
+    that number; `args` go to ansible-rulebook."""
     out = open(log, "ab")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([str(ROOT / "scripts" / "watch")], cwd=ROOT, stdout=out,
+    return subprocess.Popen([str(ROOT / "scripts" / "watch"), *args], cwd=ROOT, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "INV": str(inventory),
                                  "METRICS": prometheus.watcher_listen(index)})
