@@ -48,9 +48,10 @@ def vm_record_key(vm, cluster=etcd_keys.DEFAULT_CLUSTER, kind="record"):
 
 
 def host_key(host, kind, cluster=etcd_keys.DEFAULT_CLUSTER):
-    """The etcd key of one of a host's records: alive, registered or maintenance."""
+    """The etcd key of one of a host's records: alive, registered, maintenance or
+    frozen."""
     makers = {"alive": etcd_keys.alive_key, "registered": etcd_keys.registered_key,
-              "maintenance": etcd_keys.maintenance_key}
+              "maintenance": etcd_keys.maintenance_key, "frozen": etcd_keys.frozen_key}
     if kind not in makers:
         raise AnsibleFilterError(f"host_key: kind must be one of {', '.join(makers)}, "
                                  f"got {kind!r}")

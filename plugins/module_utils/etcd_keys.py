@@ -9,6 +9,8 @@ writes each key, which are bound to a lease and which change only by compare-and
     hosts/<host>/registered       the hypervisor belongs to the cluster (persistent)
     hosts/<host>/alive            the host agent runs (bound to the agent's lease)
     hosts/<host>/maintenance      the host is in maintenance
+    hosts/<host>/frozen           the host's agent has seen HA disarmed in freeze mode
+                                  and will not self-fence (bound to the agent's lease)
     hosts/<host>/domains/<vm>     a domain runs on the host (bound to the agent's lease)
     hosts/<host>/restarts/<vm>    the host's agent restarts, or restarted, the VM in
                                   place (bound to the agent's lease)
@@ -37,7 +39,7 @@ HISTORY_DIGITS = 20
 # The records of hosts/<host>/, each named after its kind.
 HOST_RECORDS = ("registered", "alive", "maintenance")
 KINDS = ("registered", "alive", "maintenance", "domain", "restart", "vm", "requested", "fence",
-         "vdm_version", "vdm_ha", "history", "disarmed")
+         "vdm_version", "vdm_ha", "history", "disarmed", "frozen")
 
 
 class ParsedKey(NamedTuple):
@@ -77,6 +79,11 @@ def registered_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
 
 def alive_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{host_prefix(host, cluster=cluster)}alive"
+
+
+def frozen_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The agent's word that it has seen HA disarmed in freeze mode."""
+    return f"{host_prefix(host, cluster=cluster)}frozen"
 
 
 def maintenance_key(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
@@ -213,6 +220,8 @@ def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
     # Written out rather than with `match`, which managed hosts' older Pythons lack.
     if len(parts) == 3 and parts[0] == "hosts" and parts[2] in HOST_RECORDS:
         return ParsedKey(parts[2], parts[1])
+    if len(parts) == 3 and parts[0] == "hosts" and parts[2] == "frozen":
+        return ParsedKey("frozen", parts[1])
     if len(parts) == 4 and parts[0] == "hosts" and parts[2] == "domains":
         return ParsedKey("domain", parts[1], parts[3])
     if len(parts) == 4 and parts[0] == "hosts" and parts[2] == "restarts":

@@ -298,7 +298,8 @@ class Agent:
                      "maintenance": etcd_keys.maintenance_key(config.host,
                                                               cluster=config.cluster),
                      "domains": etcd_keys.domains_prefix(config.host, cluster=config.cluster),
-                     "disarmed": etcd_keys.disarmed_key(cluster=config.cluster)}
+                     "disarmed": etcd_keys.disarmed_key(cluster=config.cluster),
+                     "frozen": etcd_keys.frozen_key(config.host, cluster=config.cluster)}
         self.stopping = threading.Event()
         self.leaving = threading.Event()  # a planned stop: register no more
         self.wake_publisher = threading.Event()
@@ -316,6 +317,7 @@ class Agent:
         # HA disarmed in freeze mode (playbooks/disarm.yml), as last read: nothing would
         # start this host's HA VMs elsewhere, so losing etcd destroys none of them.
         self.frozen = False
+        self.said_frozen = 0  # the lease the agent said it is frozen under, if it did
         self.flag_read = 0.0
         self.no_space = False  # etcd's last answer to the rewrite: its database is full
         self.watchdog: hw_watchdog.Watchdog | None = None
@@ -438,7 +440,7 @@ class Agent:
                         if self.lease == lease:
                             self.last_ok = max(self.last_ok, sent)
                     if self.clock() >= self.flag_read + FLAG_EVERY:
-                        self.read_disarm_flag(etcd)
+                        self.read_disarm_flag(etcd, lease)
                     self.check_storage(etcd)
             except EtcdError as err:
                 if lease:
@@ -549,8 +551,10 @@ class Agent:
             self.stopping.wait(max(0.0, started + PROBE_EVERY - self.clock()))
         probe.close()
 
-    def read_disarm_flag(self, etcd: EtcdClient) -> None:
-        """Whether HA is disarmed in freeze mode, as etcd says now."""
+    def read_disarm_flag(self, etcd: EtcdClient, lease: int) -> None:
+        """Whether HA is disarmed in freeze mode, as etcd says now; said back under
+        `lease` (hosts/<host>/frozen), for disarm.yml to wait for: until the agent has
+        read the flag, losing etcd still self-fences here."""
         found = etcd.get(self.keys["disarmed"])
         flag = json_or_none(found.value) if found is not None else None
         frozen = isinstance(flag, dict) and flag.get("mode") == "freeze"
@@ -560,6 +564,13 @@ class Agent:
                         else "the self-fence is armed again")
         with self.lock:
             self.frozen, self.flag_read = frozen, self.clock()
+        if frozen and self.said_frozen != lease:
+            etcd.put(self.keys["frozen"], to_json({"since": cluster_events.timestamp()}),
+                     lease=lease)
+            self.said_frozen = lease
+        elif not frozen and self.said_frozen:
+            etcd.delete(self.keys["frozen"])
+            self.said_frozen = 0
 
     def after_self_fence(self, etcd: EtcdClient) -> None:
         """Look failed until the orchestrator has dealt with the HA VMs this host

@@ -158,7 +158,7 @@ def restore(lab, inventory: Path) -> None:
     what a test that failed half-way may have left otherwise, which would fail every
     test after it."""
     for host in lab_verbs.status()["hosts"]:
-        if host["state"] in ("partitioned", "cut from ceph"):
+        if host["state"] in ("partitioned", "cut from ceph", "cut from etcd"):
             yasco_lab("heal", host["name"])
         elif host["state"] == "crashed":
             yasco_lab("boot", host["name"])
@@ -1015,7 +1015,11 @@ def test_a_partition_while_frozen_destroys_nothing_and_rearming_waits_for_the_ho
     rc, dummy = playbook("disarm", ha["inventory"], yasco_disarm_mode="freeze",
                          yasco_disarm_reason="network work")
     assert rc == 0
-    time.sleep(3)  # the agents read the flag every second
+    # disarm.yml returned once every running agent said it is frozen: the partition
+    # may come at once (the nemesis found HA VMs destroyed by one a second later).
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        assert all(etcd.get(etcd_keys.frozen_key(h["name"], cluster=layout.CLUSTER_NAME))
+                   for h in lab["hosts"])
     yasco_lab("partition", host)
     try:
         wait_for(f"{host} down", lambda: host in down_hosts(lab), 30, every=0.2)
