@@ -36,6 +36,28 @@ def test_every_fault_is_drawn_and_aims_at_what_it_can_hit():
             assert episode["target"] in HOSTS
 
 
+def test_the_stories_are_drawn_only_when_asked_and_leave_the_short_runs_schedule_alone():
+    # The short run in make test (seed 2, the plain faults) keeps its schedule.
+    assert [chaos.describe(e) for e in chaos.draw(2, 3, HOSTS, ["a", "b"])] == [
+        "partition hv1, and 14.4 s later crash hv3, held 38.1 s", "QEMU of b killed",
+        "partition hv1, held 11.6 s"]
+    episodes = [e for seed in range(40)
+                for e in chaos.draw(seed, 12, HOSTS, ["a", "b"], chaos.ALL_FAULTS)]
+    assert {e["fault"] for e in episodes} == set(chaos.ALL_FAULTS)
+    for episode in episodes:
+        if episode["fault"] == "leader-kill":  # killed while the crash is evacuated
+            assert chaos.AGENT_TTL <= episode["after"] < episode["hold"]
+            assert episode["target"] in HOSTS
+        elif episode["fault"] == "drain-crash":
+            assert episode["then"]["target"] != episode["target"]
+            assert {episode["target"], episode["then"]["target"]} <= set(HOSTS)
+            assert 1 <= episode["then"]["after"] <= 10
+        elif episode["fault"] in ("disarm-partition", "etcd-cut"):
+            assert episode["target"] in HOSTS and chaos.HOLD[0] <= episode["hold"]
+    assert chaos.describe({"fault": "disarm-partition", "target": "hv2", "hold": 9}) == (
+        "HA disarmed (freeze), partition hv2, held 9 s, re-armed")
+
+
 def test_a_violation_is_reported_with_its_episode_seed_and_timeline():
     run = chaos.Run(5, chaos.draw(5, 2, HOSTS, ["a"]))
     run.note("episode 1: something")

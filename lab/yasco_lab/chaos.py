@@ -48,14 +48,23 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from . import demo, etcd, lab, layout, prometheus, storage
 from .credentials import etcd_client
 from .errors import LabError
+from .hypervisor import AGENT_TTL
 from .waiting import wait_until
 
 # Faults on one host, and how each is undone.
 HOST_FAULTS = ("crash", "partition", "ceph-cut", "agent-stop", "reboot")
 FAULTS = (*HOST_FAULTS, "qemu-kill", "etcd-leader-stop", "overlap")
+# A fault in the middle of an operator's or the watcher's work, which `yasco-lab chaos`
+# draws too (it runs the watchers it can kill): the leading watcher killed while it
+# evacuates a crashed host; a host crashed while another is drained; a host
+# partitioned while HA is disarmed in freeze mode.
+STORIES = ("leader-kill", "drain-crash", "disarm-partition")
+# With them, a host cut off from etcd alone: from the other members, so from quorum.
+ALL_FAULTS = (*FAULTS, "etcd-cut", *STORIES)
 # How often each is drawn; overlapping faults are the ones no scenario test covers.
 WEIGHTS = {"crash": 3, "partition": 3, "ceph-cut": 2, "agent-stop": 2, "reboot": 1,
-           "qemu-kill": 2, "etcd-leader-stop": 1, "overlap": 3}
+           "qemu-kill": 2, "etcd-leader-stop": 1, "overlap": 3,
+           "etcd-cut": 2, "leader-kill": 2, "drain-crash": 2, "disarm-partition": 1}
 # Held for a random time in this range (seconds): below the agents' TTL nothing should
 # move; above it the host is evacuated.
 HOLD = (4.0, 40.0)
@@ -68,20 +77,33 @@ class ChaosError(Exception):
     """The run could not be carried out (not a violation); the message says why."""
 
 
-def draw(seed: int, episodes: int, hosts: list[str], ha_vms: list[str]) -> list[dict]:
-    """The schedule `seed` gives: `episodes` episodes over `hosts` and `ha_vms`."""
+def draw(seed: int, episodes: int, hosts: list[str], ha_vms: list[str],
+         faults: tuple[str, ...] = FAULTS) -> list[dict]:
+    """The schedule `seed` gives: `episodes` episodes of `faults` over `hosts` and
+    `ha_vms`."""
     rng = random.Random(seed)
-    faults = list(WEIGHTS)
+    faults = list(faults)
     drawn = []
     for dummy in range(episodes):
         fault = rng.choices(faults, weights=[WEIGHTS[f] for f in faults])[0]
         hold = round(rng.uniform(*HOLD), 1)
-        if fault in HOST_FAULTS:
+        if fault in (*HOST_FAULTS, "etcd-cut"):
             episode = {"fault": fault, "target": rng.choice(hosts), "hold": hold}
         elif fault == "qemu-kill":
             episode = {"fault": fault, "target": rng.choice(ha_vms), "hold": 0}
         elif fault == "etcd-leader-stop":
             episode = {"fault": fault, "target": "leader", "hold": hold}
+        elif fault == "leader-kill":  # a crash, the leader killed as it evacuates
+            after = round(rng.uniform(AGENT_TTL, AGENT_TTL + 8), 1)
+            episode = {"fault": fault, "target": rng.choice(hosts),
+                       "hold": max(hold, after + 10), "after": after}
+        elif fault == "drain-crash":
+            first, second = rng.sample(hosts, 2)
+            episode = {"fault": fault, "target": first, "hold": hold,
+                       "then": {"fault": "crash", "target": second,
+                                "after": round(rng.uniform(1, 10), 1)}}
+        elif fault == "disarm-partition":
+            episode = {"fault": fault, "target": rng.choice(hosts), "hold": hold}
         else:
             first, second = rng.sample(hosts, 2)
             episode = {"fault": fault, "target": first, "hold": hold,
@@ -92,14 +114,23 @@ def draw(seed: int, episodes: int, hosts: list[str], ha_vms: list[str]) -> list[
     return drawn
 
 
+# How an episode reads, by its fault; any other reads "FAULT TARGET, held HOLD s".
+DESCRIPTIONS = {
+    "leader-kill": "crash {target}, the leading watcher killed {after:g} s later, "
+                   "held {hold:g} s",
+    "drain-crash": "drain {target}, and {then[after]:g} s later crash {then[target]}, "
+                   "held {hold:g} s",
+    "disarm-partition": "HA disarmed (freeze), partition {target}, held {hold:g} s, "
+                        "re-armed",
+    "overlap": "{first} {target}, and {then[after]:g} s later {then[fault]} "
+               "{then[target]}, held {hold:g} s",
+    "qemu-kill": "QEMU of {target} killed",
+}
+
+
 def describe(episode: dict) -> str:
-    if episode["fault"] == "overlap":
-        then = episode["then"]
-        return (f"{episode['first']} {episode['target']}, and {then['after']:g} s later "
-                f"{then['fault']} {then['target']}, held {episode['hold']:g} s")
-    if episode["fault"] == "qemu-kill":
-        return f"QEMU of {episode['target']} killed"
-    return f"{episode['fault']} {episode['target']}, held {episode['hold']:g} s"
+    return DESCRIPTIONS.get(episode["fault"], "{fault} {target}, held {hold:g} s").format(
+        **episode)
 
 
 @dataclass
@@ -145,9 +176,13 @@ class Nemesis:
     """Applies a schedule to the running lab and judges it. `vms` maps each VM the
     lab runs for YASCO (every one a canary) to its kind: ha, plain or preemptible."""
 
-    def __init__(self, vms: dict[str, str], converge: float = 180.0):
+    def __init__(self, vms: dict[str, str], converge: float = 180.0,
+                 watchers: Watchers | None = None):
         self.vms = vms
         self.converge = converge
+        self.watchers = watchers  # the ones the stories may kill (STORIES)
+        self.log = layout.state_dir() / "chaos" / "playbooks.log"
+        self.drains: dict[str, threading.Thread] = {}
         hosts = lab.status()["hosts"]
         self.hosts = [h["name"] for h in hosts]
         self.members = {h["name"]: h["etcd_client_url"] for h in hosts}
@@ -335,6 +370,8 @@ class Nemesis:
             lab.partition(target)
         elif fault == "ceph-cut":
             lab.partition(target, only="ceph")
+        elif fault == "etcd-cut":
+            lab.partition(target, only="etcd")
         elif fault == "agent-stop":
             lab.run_on_host(target, "pkill", "-STOP", "-f", "yasco_agent.py")
         elif fault == "reboot":
@@ -355,10 +392,62 @@ class Nemesis:
                 return host
         raise ChaosError("no etcd member says it leads")
 
+    def playbook(self, run: Run, name: str, *extra_vars: str) -> bool:
+        """Run playbooks/NAME.yml on the lab's inventory, as an operator would; whether
+        it succeeded (a failure is noted, not a violation: the invariants judge)."""
+        args = [arg for var in extra_vars for arg in ("-e", var)]
+        try:
+            demo.playbook(name, *args, log=self.log)
+        except demo.DemoError as err:
+            run.note(f"{name}.yml {' '.join(extra_vars)} failed: "
+                     f"{str(err).splitlines()[-1][:200]}")
+            return False
+        run.note(f"{name}.yml {' '.join(extra_vars)} done")
+        return True
+
+    def story(self, run: Run, episode: dict, undo: list[tuple[str, str]]) -> None:
+        """Apply one of STORIES, adding to `undo` what undoing it takes, in order."""
+        fault, target = episode["fault"], episode["target"]
+        if fault == "leader-kill":
+            if self.watchers is None:
+                raise ChaosError("leader-kill needs the watchers the nemesis started")
+            undo.append(("crash", self.inject(run, "crash", target)))
+            time.sleep(episode["after"])
+            killed = self.watchers.kill_leader()
+            run.note(f"leading watcher killed ({killed})")
+            undo.append(("leader-kill", killed))
+            time.sleep(max(0.0, episode["hold"] - episode["after"]))
+        elif fault == "drain-crash":
+            then = episode["then"]
+            drain = threading.Thread(target=self.playbook, daemon=True,
+                                     args=(run, "drain", f"yasco_host={target}"))
+            self.drains[target] = drain
+            run.note(f"drain {target}")
+            drain.start()
+            time.sleep(then["after"])
+            undo.append(("crash", self.inject(run, "crash", then["target"])))
+            undo.append(("drain", target))  # once the crashed host is back
+            time.sleep(max(0.0, episode["hold"] - then["after"]))
+        else:  # disarm-partition
+            self.playbook(run, "disarm", "yasco_disarm_mode=freeze",
+                          "yasco_disarm_reason=nemesis")
+            undo.append(("disarm", "HA"))
+            undo.insert(0, ("partition", self.inject(run, "partition", target)))
+            time.sleep(episode["hold"])
+
     def recover(self, run: Run, fault: str, target: str) -> None:
-        if fault == "crash":
+        if fault == "leader-kill":
+            self.watchers.restart(int(target))
+        elif fault == "drain":
+            self.drains.pop(target).join(timeout=900)
+            self.playbook(run, "undrain", f"yasco_host={target}")
+        elif fault == "disarm":
+            # Refused while a host is down: the healed one registers again first.
+            wait_until("HA re-armed", lambda: self.playbook(
+                run, "disarm", "yasco_ha_disarmed=false"), 180, every=5)
+        elif fault == "crash":
             lab.boot(target)
-        elif fault in ("partition", "ceph-cut"):
+        elif fault in ("partition", "ceph-cut", "etcd-cut"):
             lab.heal(target)
         elif fault == "agent-stop":
             lab.run_on_host(target, "pkill", "-CONT", "-f", "yasco_agent.py")
@@ -374,7 +463,9 @@ class Nemesis:
         run.note(f"episode {index}: {describe(episode)}")
         undo: list[tuple[str, str]] = []
         try:
-            if episode["fault"] == "overlap":
+            if episode["fault"] in STORIES:
+                self.story(run, episode, undo)
+            elif episode["fault"] == "overlap":
                 undo.append((episode["first"], self.inject(run, episode["first"],
                                                            episode["target"])))
                 then = episode["then"]
@@ -496,26 +587,52 @@ def kinds(vms: dict[str, dict]) -> dict[str, str]:
             else "plain" for name, vm in vms.items()}
 
 
-def start_watchers(log_dir: Path) -> list[subprocess.Popen]:
+class Watchers:
     """A leading and a standby HA watcher (scripts/watch), each serving its metrics
-    where the lab's Prometheus scrapes it; once one leads."""
-    watchers = []
-    for index in range(2):
-        with (log_dir / f"watcher{index + 1}.log").open("ab") as out:
-            watchers.append(subprocess.Popen(
+    where the lab's Prometheus scrapes its number; the leader can be killed and
+    either started again."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.endpoints = [h["etcd_client_url"] for h in lab.status()["hosts"]]
+        self.key = etcd_keys.watchers_leader_key(cluster=layout.CLUSTER_NAME)
+        self.procs = [self._start(index) for index in range(2)]
+        self.wait_leading()
+
+    def _start(self, index: int) -> subprocess.Popen:
+        with (self.log_dir / f"watcher{index + 1}.log").open("ab") as out:
+            return subprocess.Popen(
                 [str(layout.repo_root() / "scripts" / "watch")], cwd=layout.repo_root(),
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "METRICS": prometheus.watcher_listen(index)}))
-    key = etcd_keys.watchers_leader_key(cluster=layout.CLUSTER_NAME)
-    endpoints = [h["etcd_client_url"] for h in lab.status()["hosts"]]
+                env={**os.environ, "METRICS": prometheus.watcher_listen(index)})
 
-    def leading() -> bool:
-        if any(w.poll() is not None for w in watchers):
-            raise ChaosError(f"an HA watcher exited; its log is in {log_dir}")
-        with etcd_client(endpoints) as client:
-            return client.get(key) is not None
-    wait_until("an HA watcher to lead", leading, 120, every=0.5)
-    return watchers
+    def leader(self) -> str | None:
+        """The leading watcher's name (host-pid: scripts/watch execs ansible-rulebook)."""
+        with etcd_client(self.endpoints) as client:
+            return (client.get_json(self.key) or {}).get("watcher")
+
+    def wait_leading(self) -> None:
+        def leading() -> bool:
+            if any(w.poll() is not None for w in self.procs):
+                raise ChaosError(f"an HA watcher exited; its log is in {self.log_dir}")
+            return self.leader() is not None
+        wait_until("an HA watcher to lead", leading, 120, every=0.5)
+
+    def kill_leader(self) -> str:
+        """SIGKILL the leading watcher with whatever it runs; its number, as a string."""
+        name = self.leader() or ""
+        for index, proc in enumerate(self.procs):
+            if name.endswith(f"-{proc.pid}"):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return str(index)
+        raise ChaosError(f"no watcher of this run leads (the leader key says {name!r})")
+
+    def restart(self, index: int) -> None:
+        self.procs[index] = self._start(index)
+
+    def stop(self) -> None:
+        stop_watchers(self.procs)
 
 
 def stop_watchers(watchers: list[subprocess.Popen], timeout: float = 30) -> None:
@@ -559,15 +676,15 @@ def main(seed: int | None, episodes: int, schedule_file: str | None,
         storage.canary_records(vm) for vm in VMS), 300, every=2)
     hosts = [h["name"] for h in lab.status()["hosts"]]
     ha_vms = sorted(n for n, kind in kinds(VMS).items() if kind == "ha")
-    schedule = schedule or draw(seed, episodes, hosts, ha_vms)
+    schedule = schedule or draw(seed, episodes, hosts, ha_vms, ALL_FAULTS)
     print(f"Seed {seed}: {len(schedule)} episodes", flush=True)
     for index, episode in enumerate(schedule, start=1):
         print(f"  {index:>2}. {describe(episode)}", flush=True)
-    watchers = start_watchers(logs)
+    watchers = Watchers(logs)
     try:
-        run = Nemesis(kinds(VMS), converge=converge).run(schedule, seed)
+        run = Nemesis(kinds(VMS), converge=converge, watchers=watchers).run(schedule, seed)
     finally:
-        stop_watchers(watchers)
+        watchers.stop()
     saved_to = save(run, logs)
     took = [t for t in run.converged if t is not None]
     print(f"\n{len(schedule)} episodes, {run.samples} samples, {run.checks} invariant "

@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         p_verb.add_argument("host", metavar="HOST")
         if verb == "partition":
             p_verb.add_argument("--from", dest="only", choices=lab.PARTITIONS,
-                                default="all", help="cut everything (all, the default) "
-                                "or only Ceph's monitors and OSDs (ceph): etcd answers")
+                                default="all", help="cut everything (all, the default), "
+                                "only Ceph's monitors and OSDs (ceph): etcd answers, or "
+                                "only the other hosts and their etcd members (etcd): Ceph "
+                                "answers")
     p_chaos = verbs.add_parser("chaos", help="a fresh lab with canaries and two HA "
                                "watchers, then seeded random faults, judged by "
                                "invariants (docs/lab.md)")

@@ -48,6 +48,9 @@ class LabState:
     partitioned: list[str] = field(default_factory=list)
     # Hosts cut off from Ceph alone (`partition HOST --from ceph`): etcd still answers.
     cut_from_ceph: list[str] = field(default_factory=list)
+    # Hosts cut off from the other hosts (`partition HOST --from etcd`): from every
+    # other etcd member, so from etcd's quorum; Ceph and the controller still answer.
+    cut_from_etcd: list[str] = field(default_factory=list)
     # False until `up` has finished: an interrupted `up` is stale, not a running lab.
     complete: bool = False
 
@@ -300,7 +303,7 @@ def crash(name: str) -> None:
     with _host_verb(name, running=True) as (state, dummy, n):
         n.kill()
         # Its network namespace, routes included, goes with it.
-        for cut in (state.partitioned, state.cut_from_ceph):
+        for cut in (state.partitioned, state.cut_from_ceph, state.cut_from_etcd):
             if name in cut:
                 cut.remove(name)
 
@@ -344,35 +347,46 @@ def _go_down(n: node.Node, host: HostLayout, intent: str) -> None:
     n.kill()
 
 
-PARTITIONS = ("all", "ceph")
+PARTITIONS = ("all", "ceph", "etcd")
+
+
+def _blackholes(state: LabState, name: str, only: str) -> list[str]:
+    """The addresses a partition `only` drops what the host sends to."""
+    if only == "ceph":
+        return [f"{ceph_address()}/32"]
+    return [f"{h.address}/32" for h in state.layouts() if h.name != name]
 
 
 def partition(name: str, only: str = "all") -> None:
     """Cut the host's network (`all`), or only its way to Ceph's monitors and OSDs
-    (`ceph`: a route in the host's namespace that drops what it sends there, as a
-    switch or firewall fault on the storage network would); everything on it keeps
-    running."""
+    (`ceph`) or to the other hosts, every other etcd member among them (`etcd`): routes
+    in the host's namespace that drop what it sends there, as a switch or firewall
+    fault on one network would; everything on it keeps running."""
     if only not in PARTITIONS:
         raise LabError(f"partition {name} from {only!r}: choose one of "
                        f"{', '.join(PARTITIONS)}")
     with _host_verb(name, running=True) as (state, host, n):
-        if name in state.partitioned or name in state.cut_from_ceph:
+        if name in state.partitioned + state.cut_from_ceph + state.cut_from_etcd:
             raise LabError(f"{name} is already partitioned: `yasco-lab heal {name}` first")
-        if only == "ceph":
-            n.run("ip", "route", "add", "blackhole", f"{ceph_address()}/32")
-            state.cut_from_ceph.append(name)
-        else:
+        if only == "all":
             network.set_link(host.veth, up=False)
             state.partitioned.append(name)
+            return
+        for address in _blackholes(state, name, only):
+            n.run("ip", "route", "add", "blackhole", address)
+        (state.cut_from_ceph if only == "ceph" else state.cut_from_etcd).append(name)
 
 
 def heal(name: str) -> None:
     """Undo `partition`, whichever it was."""
     with _host_verb(name, running=True) as (state, host, n):
-        if name in state.cut_from_ceph:
-            n.run("ip", "route", "del", "blackhole", f"{ceph_address()}/32")
-            state.cut_from_ceph.remove(name)
-        elif name in state.partitioned:
+        for only, cut in (("ceph", state.cut_from_ceph), ("etcd", state.cut_from_etcd)):
+            if name in cut:
+                for address in _blackholes(state, name, only):
+                    n.run("ip", "route", "del", "blackhole", address)
+                cut.remove(name)
+                return
+        if name in state.partitioned:
             network.set_link(host.veth, up=True)
             state.partitioned.remove(name)
         else:
@@ -396,6 +410,7 @@ def status() -> dict:
             "etcd_client_url": layout.etcd_client_url,
             "state": ("partitioned" if layout.name in state.partitioned
                       else "cut from ceph" if layout.name in state.cut_from_ceph
+                      else "cut from etcd" if layout.name in state.cut_from_etcd
                       else "running") if running else "crashed",
         })
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:

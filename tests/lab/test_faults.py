@@ -96,3 +96,22 @@ def test_partition_cuts_the_host_off_from_etcd_and_ceph_and_heal_restores_it(lab
                15, "hv2 reaching hv1's etcd again")
     wait_until(lambda: etcd.endpoint_health(host(lab, "hv2")["etcd_client_url"]), 15,
                "hv2's etcd member healthy again")
+
+
+def test_partition_from_etcd_cuts_the_host_off_from_the_other_members_and_not_from_ceph(lab):
+    yasco_lab("partition", "hv2", "--from", "etcd")
+    try:
+        assert states()["hv2"] == "cut from etcd"
+        assert not reaches("hv2", host(lab, "hv1")["address"], layout.ETCD_CLIENT_PORT)
+        assert not reaches("hv2", host(lab, "hv3")["address"], layout.ETCD_PEER_PORT)
+        assert reaches("hv2", layout.ceph_address(), layout.CEPH_MON_PORT)
+        # Its own member, cut off from the others, has no quorum.
+        wait_until(lambda: not etcd.endpoint_health(host(lab, "hv2")["etcd_client_url"]),
+                   15, "hv2's etcd member without quorum")
+    finally:
+        yasco_lab("heal", "hv2")
+    assert states()["hv2"] == "running"
+    wait_until(lambda: reaches("hv2", host(lab, "hv1")["address"], layout.ETCD_CLIENT_PORT),
+               15, "hv2 reaching hv1's etcd again")
+    wait_until(lambda: etcd.endpoint_health(host(lab, "hv2")["etcd_client_url"]), 30,
+               "hv2's etcd member healthy again")
