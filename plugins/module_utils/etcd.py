@@ -480,7 +480,11 @@ class EtcdClient:
         breaks, and Compacted when `start_revision` is gone."""
         member = self._members[self._current]
         if self.username and not member.authenticated:
-            self._authenticate(member)
+            try:
+                self._authenticate(member)
+            except _Unavailable as err:  # a member down: the caller tries again
+                raise EtcdError(f"etcd at {member.url}: watch {prefix}*: "
+                                f"{err.failure.reason}") from None
         request = {"create_request": {**_prefix_range(prefix), "prev_kv": True,
                                       "start_revision": str(start_revision)}}
         try:

@@ -180,6 +180,16 @@ def test_an_unreachable_endpoint_fails_within_the_timeout_naming_it():
         f"endpoints (yasco_etcd_endpoints) and that etcd runs there")
 
 
+def test_a_watch_through_a_down_member_with_a_user_fails_as_etcd_errors_do():
+    # The watcher's stream of a member that died with its host retries quietly on an
+    # EtcdError; anything else is logged with a traceback every two seconds.
+    url = closed_port_url()
+    watch = EtcdClient([url], timeout=2, username="watcher", password="secret").watch_prefix(
+        "/yasco/", 1, idle=1)
+    with pytest.raises(EtcdError, match=f"etcd at {url}: watch /yasco/\\*: "):
+        next(watch)
+
+
 def test_a_down_endpoint_is_passed_over_for_the_next(etcd, prefix):
     down = closed_port_url()
     client = EtcdClient([down, etcd.url], timeout=2)
