@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 
+import yaml
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
+from ..ansible_run import ROOT, run_playbook
 from .conftest import wait_for
 from .test_agent_start import fixture_running, start_agent, stop_agent  # noqa: F401  pylint: disable=unused-import
 
@@ -33,5 +35,44 @@ def test_the_agent_says_it_is_frozen_under_its_lease_and_takes_it_back_when_rear
             client.delete(flag)
             assert wait_for(lambda: client.get(frozen) is None, 5), "the word stayed"
             assert not agent.frozen
+    finally:
+        stop_agent(agent)
+
+
+def test_disarm_yml_waits_for_the_running_agents_word_and_refuses_to_rearm_over_a_down_host(
+        etcd, running, tmp_path):
+    agent = start_agent([etcd.url])
+    try:
+        assert wait_for(lambda: agent.lease, 5), "the agent did not register"
+        cluster = agent.config.cluster
+        inventory = tmp_path / "hosts.yml"
+        inventory.write_text(yaml.safe_dump({"all": {
+            "vars": {"yasco_cluster_name": cluster, "yasco_etcd_endpoints": [etcd.url]},
+            "children": {"yasco_hypervisors": {"hosts": {
+                # hv2 has no agent: down, and frozen it never self-fenced.
+                h: {"yasco_libvirt_uri": "test:///default"} for h in ("hv1", "hv2")}}}}}))
+
+        def disarm(**extra):
+            return run_playbook(ROOT / "playbooks" / "disarm.yml", str(inventory),
+                                extra_vars=extra)
+
+        rc, results = disarm(yasco_disarm_mode="freeze", yasco_disarm_reason="switch work")
+        assert rc == 0, results
+        waited = next(r for r in results if r["_task"].startswith("Wait for each"))
+        assert [r["item"] for r in waited["results"]] == ["hv1"]  # hv2 is down
+        assert "every running agent has said" in results[-1]["msg"]
+        assert agent.frozen
+        with etcd.client() as client:
+            assert client.get(etcd_keys.frozen_key("hv1", cluster=cluster))
+
+        rc, results = disarm(yasco_ha_disarmed=False)
+        assert rc != 0
+        assert "hv2 down while HA is frozen" in results[-1]["msg"]
+        assert agent.frozen  # still disarmed
+
+        rc, results = disarm(yasco_ha_disarmed=False, yasco_rearm_with_hosts_down=True)
+        assert rc == 0, results
+        assert results[-1]["msg"].startswith("HA armed")
+        assert wait_for(lambda: not agent.frozen, 5)
     finally:
         stop_agent(agent)
