@@ -15,6 +15,9 @@ units: --local runs pytest with this script's interpreter (.venv's) and its pack
 (libvirt-python, numpy, hypothesis, ...), into which ansible-test then
 installs nothing; a venv or container of ansible-test's would pip-install them from
 the network.
+
+Both use the ansible-test of the interpreter that runs this script: .venv's, or that of
+a venv holding another ansible-core with .venv's packages behind it (--core).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-VENV_BIN = REPO / ".venv" / "bin"
+VENV_BIN = Path(sys.executable).parent  # .venv/bin, or another ansible-core's venv
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 STAND_IN = '''"""Installs pip with the interpreter's own ensurepip, in place of get-pip.py."""
 import subprocess

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/bootstrap and scripts/controller (sourced; each defines `say`).
 
 # Install those of the Debian packages named that are missing.

@@ -31,6 +31,7 @@ from .ansible_run import BIN, ROOT
 
 DEFINITIONS = ("execution-environment.yml", "decision-environment.yml")
 GALAXY = yaml.safe_load((ROOT / "galaxy.yml").read_text())
+LOCK = ROOT / "requirements" / "lock.txt"
 TARBALL = f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"
 # Debian 12's python3 (3.11) is the one its python3-rados and python3-rbd are built for.
 BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
@@ -85,6 +86,8 @@ def fixture_workspace(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for definition in DEFINITIONS:
         shutil.copy(ROOT / definition, source)
     shutil.copytree(ROOT / "environments", source / "environments")
+    (source / "requirements").mkdir()
+    shutil.copy(LOCK, source / "requirements")
     (root / "ansible.cfg").write_text("[defaults]\n")
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_CONFIG": str(root / "ansible.cfg")}
@@ -330,7 +333,7 @@ def test_the_de_has_what_the_event_source_imports_and_no_ceph_or_libvirt(de):
 def locked() -> dict[str, str]:
     """requirements/lock.txt: each package's exact version."""
     pins = {}
-    for line in requirement_lines((ROOT / "requirements" / "lock.txt").read_text()):
+    for line in requirement_lines(LOCK.read_text()):
         requirement = Requirement(line)
         (spec,) = requirement.specifier
         assert spec.operator == "==", line
@@ -353,3 +356,27 @@ def test_the_lock_pins_every_requirement_inside_its_range_and_is_what_the_tests_
         assert importlib.metadata.version(name) == pin, (name, pin)
     assert requirement_lines((ROOT / "requirements.txt").read_text())[0] == \
         "-c requirements/lock.txt"
+
+
+@pytest.mark.parametrize("kind", ["ee", "de"])
+def test_every_pip_install_of_the_images_is_held_to_the_lock(kind, request):
+    context: BuildContext = request.getfixturevalue(kind)
+    lines = context.containerfile.splitlines()
+    # Set in the base stage, before its first pip install; the builder and final
+    # stages are built from it, and pip reads PIP_CONSTRAINT wherever it runs.
+    constraint = lines.index("ENV PIP_CONSTRAINT=/etc/yasco/lock.txt")
+    copy = lines.index("COPY _build/environments/lock.txt /etc/yasco/lock.txt")
+    first_pip = min(i for i, s in enumerate(lines) if "pip install" in s)
+    assert copy < constraint < first_pip < lines.index("# Galaxy build stage")
+    assert (context.build / "environments" / "lock.txt").read_text() == LOCK.read_text()
+    # Each thing it installs with pip is locked, at a version its range accepts: the
+    # constraint can be met, and it is what the tests ran.
+    pins = locked()
+    deps = yaml.safe_load((ROOT / f"{'execution' if kind == 'ee' else 'decision'}"
+                           "-environment.yml").read_text())["dependencies"]
+    wanted = [*context.python, deps["ansible_core"]["package_pip"],
+              deps["ansible_runner"]["package_pip"], *deps.get("python", [])]
+    for line in wanted:
+        requirement = Requirement(line)
+        pin = pins.get(canonicalize_name(requirement.name))
+        assert pin is not None and requirement.specifier.contains(pin), (kind, line, pin)

@@ -109,8 +109,33 @@ def test_each_module_is_in_the_action_groups_of_the_connections_it_takes():
         assert within == takes, f"{path.stem}: in {sorted(within)}, takes {sorted(takes)}"
 
 
-def test_playbooks_roles_and_scenarios_pass_ansible_lint_production_profile():
+def test_playbooks_roles_scenarios_and_metadata_pass_ansible_lint_production_profile():
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
     result = run(str(BIN / "ansible-lint"), "--offline", "--profile", "production",
-                 "playbooks", "roles", "molecule", env=env)
+                 "playbooks", "roles", "molecule", "galaxy.yml", "meta", env=env)
     assert "Profile 'production' was required, and it passed" in result.stdout + result.stderr
+
+
+def shell_scripts() -> list[str]:
+    """Tracked files that are shell: by a shell's shebang, a .sh name or a directive."""
+    tracked = run("git", "ls-files", "-co", "--exclude-standard").stdout.split()
+    found = []
+    for name in tracked:
+        path = REPO / name
+        if not path.is_file() or name.startswith(("collections/", "tests/output/")):
+            continue
+        with path.open("rb") as file:
+            head = file.read(200)
+        first = head.split(b"\n", 1)[0]
+        if name.endswith(".sh") or b"# shellcheck shell=" in head or (
+                first.startswith(b"#!") and first.split(b"/")[-1].split()[-1] in
+                {b"sh", b"bash"}):
+            found.append(name)
+    return found
+
+
+def test_every_shell_script_passes_shellcheck():
+    scripts = shell_scripts()
+    assert {"scripts/bootstrap", "scripts/test", "scripts/debian.sh", ".ci/run",
+            "environments/apt-pkgmgr"} <= set(scripts)
+    run("shellcheck", "--format", "gcc", *scripts)

@@ -84,7 +84,7 @@ set:
   type: str
   sample: /srv/backups/db1/yasco-backup-20261122T210000Z
 kind:
-  description: C(full) or C(incremental).
+  description: V(full) or V(incremental).
   returned: always
   type: str
 base:
