@@ -1,7 +1,7 @@
 # The README's two commands are `make demo` and `make test`; both bootstrap a fresh
 # Debian 12 machine first (run as root). `make setup` is the bootstrap alone.
 .PHONY: setup test demo watch lab-down bench-vdm bench-provision bench-failover bench-recovery bench-fencing \
-	bench-power-fencing sanity units chaos lock controller
+	bench-power-fencing bench-migration sanity units chaos lock controller
 
 setup:
 	@scripts/bootstrap
@@ -45,6 +45,11 @@ bench-fencing: setup
 # elsewhere, against the Ceph fence alone, on the lab (docs/production.md).
 bench-power-fencing: setup
 	.venv/bin/python benchmarks/power_fencing.py
+
+# Live migration of a guest whose memory keeps changing, with QEMU's defaults and with
+# each policy yasco_migration can set, on the lab (docs/ha.md, "Live migration").
+bench-migration: setup
+	.venv/bin/python benchmarks/migration.py
 
 # The nemesis: a fresh lab, then SEEDS (one random seed by default) of EPISODES seeded
 # fault episodes each, judged by invariants (docs/lab.md). The lab stays up.

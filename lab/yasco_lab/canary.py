@@ -89,6 +89,13 @@ fi
 # pvpanic device: how the lab makes a guest crash.
 echo 1 > /proc/sys/kernel/unknown_nmi_panic || log "no unknown_nmi_panic"
 
+# yasco.dirty=MB (benchmarks/migration.py): memory that keeps changing, as a busy
+# database's does: MB of RAM rewritten over and over, with new contents each pass.
+dirty=$(sed -n 's/.*yasco[.]dirty=\([0-9]*\).*/\1/p' /proc/cmdline)
+if [ -n "$dirty" ]; then
+    ( n=0; while :; do n=$((n + 1)); yes "$n" | head -c $((dirty * 1048576)) > /dirty; done ) &
+fi
+
 i=0
 while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 [ -b /dev/vda ] || { log "no /dev/vda, not writing"; idle; }

@@ -1,4 +1,5 @@
-"""libvirt domain XML for a canary VM whose disk is an RBD image in the lab's pool."""
+"""libvirt domain XML for a canary VM whose disk is an RBD image in the lab's pool, and
+its removal."""
 
 from __future__ import annotations
 
@@ -52,3 +53,15 @@ def canary_domain_xml(name: str, *, kernel: str, initrd: str, cmdline: str, virt
   </devices>
 </domain>
 """
+
+
+def remove_everywhere(conns, name: str) -> None:
+    """Power off and undefine the domain `name` wherever one of the libvirt
+    connections `conns` has it, then close them."""
+    for conn in conns:
+        for dom in conn.listAllDomains():
+            if dom.name() == name:
+                if dom.isActive():
+                    dom.destroy()
+                dom.undefine()
+        conn.close()

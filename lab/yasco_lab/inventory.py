@@ -90,6 +90,9 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
         # How long a returned host must stay up before the HA watcher brings its VMs
         # home (60 s by default): short, for the tests and the demo.
         "yasco_return_hold_down": 10,
+        # How the return home, the drain and the rebalance live-migrate (docs/ha.md): a
+        # busy guest's migration ends, and a host sends or receives two at most at once.
+        "yasco_migration": {"auto_converge": True, "per_host": 2},
         # Any VM without boot settings of its own boots the canary guest.
         "yasco_vm_defaults": {**canary, "memory_mb": 128, "vcpus": 1, "disk_gb": 1},
     }

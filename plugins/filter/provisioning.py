@@ -17,7 +17,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
 from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
     ReturnHomeError, plan as return_home)
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, plan_moves, settled_records, wave_steps, waves)
+    RebalanceError, migration_settings as check_migration_settings, plan_moves,
+    settled_records, wave_steps, waves)
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
     ProvisioningError, by_record, provisioning_items)
 
@@ -71,14 +72,15 @@ def vm_records_prefix(cluster=etcd_keys.DEFAULT_CLUSTER):
     return _key("vm_records_prefix", etcd_keys.vms_prefix, cluster=cluster)
 
 
-def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CLUSTER):
+def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CLUSTER,
+                    per_host=0):
     """Waves of live migrations from where VMs run (cluster_status's vms) to their
     homes in `vdm`."""
     current = {vm["name"]: vm["running_on"][0] for vm in status_vms or []
                if len(vm.get("running_on") or []) == 1}
     try:
         moves = plan_moves(current, vdm or {})
-        grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)))
+        grouped = waves(moves, current, vdm or {}, max(1, int(concurrency)), int(per_host))
         return wave_steps(grouped, {vm["name"]: vm for vm in status_vms or []}, cluster)
     except (RebalanceError, ValueError) as err:
         raise AnsibleFilterError(f"cannot rebalance: {err}") from err
@@ -106,6 +108,15 @@ def evacuation_powered(power_result, failed, policy="none", confirmed=None):
         raise AnsibleFilterError(str(err)) from err
 
 
+def migration_settings(given):
+    """yasco_migration checked: the libvirt_domain module's `migration`, the timeout and
+    the limit per host (module_utils/rebalance.py)."""
+    try:
+        return check_migration_settings(given)
+    except ValueError as err:
+        raise AnsibleFilterError(str(err)) from err
+
+
 def rebalance_settled(failed_moves, status_vms):
     """The records of the moves that failed, where libvirt says their VMs run."""
     return settled_records(failed_moves or [], status_vms or [])
@@ -122,24 +133,31 @@ def rebalance_outcome(waited):
             outcome["errors"].append(f"{move.get('label', move.get('vm'))}: "
                                      f"{result.get('msg', 'failed')}")
         else:
+            # The history keeps the migration's figures (guest pause, total time).
+            figures = result.get("migration") or {}
+            if figures and move.get("event"):
+                event = move["event"]
+                move = {**move, "event": {**event, "details": {
+                    **(event.get("details") or {}), **figures}}}
             outcome["moved"].append(move)
     return outcome
 
 
-def drain_plan(status, vdm, host, cluster=etcd_keys.DEFAULT_CLUSTER, concurrency=2):
+def drain_plan(status, vdm, host, cluster=etcd_keys.DEFAULT_CLUSTER, concurrency=2,
+               per_host=0):
     """The drain of `host` for maintenance (see module_utils/drain.py)."""
     try:
-        return drain(status or {}, vdm or {}, host, cluster, int(concurrency))
+        return drain(status or {}, vdm or {}, host, cluster, int(concurrency), int(per_host))
     except (DrainError, ValueError) as err:
         raise AnsibleFilterError(f"cannot drain {host}: {err}") from err
 
 
 def return_home_plan(status, vdm, items, host, cluster=etcd_keys.DEFAULT_CLUSTER,
-                     concurrency=2):
+                     concurrency=2, per_host=0):
     """The return home of `host` once it is back (see module_utils/return_home.py)."""
     try:
         return return_home(status or {}, vdm or {}, items or [], host, cluster,
-                           int(concurrency))
+                           int(concurrency), int(per_host))
     except (ReturnHomeError, ValueError) as err:
         raise AnsibleFilterError(f"cannot return {host} home: {err}") from err
 
@@ -181,6 +199,7 @@ class FilterModule:
                 "evacuation_powered": evacuation_powered,
                 "rebalance_settled": rebalance_settled,
                 "rebalance_outcome": rebalance_outcome, "drain_plan": drain_plan,
+                "migration_settings": migration_settings,
                 "host_key": host_key, "ha_disarmed_key": ha_disarmed_key,
                 "batch_succeeded": batch_succeeded, "batch_errors": batch_errors,
                 "etcd_access_commands": etcd_access_commands,

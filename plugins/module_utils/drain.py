@@ -32,8 +32,10 @@ class DrainError(Exception):
 
 
 def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
-         cluster: str = etcd_keys.DEFAULT_CLUSTER, concurrency: int = 2) -> dict[str, Any]:
-    """The drain of `host`; DrainError before anything changes when it cannot be."""
+         cluster: str = etcd_keys.DEFAULT_CLUSTER, concurrency: int = 2,
+         per_host: int = 0) -> dict[str, Any]:
+    """The drain of `host`, in waves of at most `concurrency` migrations and `per_host`
+    on any one host; DrainError before anything changes when it cannot be."""
     hosts = hypervisors_of(status, vdm, host, DrainError)
     here = hosts[host]
     if here.get("libvirt") != "reachable":
@@ -101,7 +103,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
                          f"{host} again")
     for step in stop:
         del current[step["vm"]]
-    grouped = waves(moves, current, vdm, max(1, int(concurrency)))
+    grouped = waves(moves, current, vdm, max(1, int(concurrency)), int(per_host))
     return {
         "host": host,
         "marker": {"key": etcd_keys.maintenance_key(host, cluster=cluster)},

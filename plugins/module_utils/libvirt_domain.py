@@ -39,6 +39,7 @@ class DomainRun:
         self.actions: list[str] = []
         self.diff = {"before": "", "after": ""}
         self.pending_restart = False
+        self.migration: dict[str, Any] = {}
 
     def _do(self, action: str, fn, *args):
         """Record `action`; run it unless in check mode."""
@@ -79,6 +80,7 @@ class DomainRun:
             "state": self.predicted_state(current),
             "xml": lv.xml_of(current) if current is not None else "",
             "pending_restart": self.pending_restart,
+            "migration": self.migration,
             "diff": self.diff,
         }
 
@@ -121,9 +123,13 @@ class DomainRun:
                 # (it was evacuated from it, say): not running, and stale beside the
                 # copy that runs. libvirt refuses to migrate onto another UUID.
                 self._do("undefine stale definition on target", lv.undefine, there)
-            moved = self._do("migrate live", lv.migrate_live, dom, target,
-                             self.params["timeout"], self.params["migrate_tls"])
-            return moved if moved is not None else there
+            migrated = self._do("migrate live", lv.migrate_live, dom, target,
+                                self.params["timeout"], self.params["migrate_tls"],
+                                lv.MigrationPolicy.from_options(self.params.get("migration")))
+            if migrated is None:  # check mode
+                return there
+            moved, self.migration = migrated
+            return moved
         if here_active:
             self.stop(dom)
         if there is not None:

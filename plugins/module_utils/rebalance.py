@@ -112,10 +112,11 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any],
 
 
 def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, Any],
-          concurrency: int) -> list[list[dict[str, str]]]:
+          concurrency: int, per_host: int = 0) -> list[list[dict[str, str]]]:
     """`moves` in order, grouped into waves of at most `concurrency` moves that fit their
-    destinations together while their VMs still take room at their sources, and that
-    touch each VM once."""
+    destinations together while their VMs still take room at their sources, that
+    touch each VM once, and, with `per_host`, that send or receive at most that many
+    migrations on any one host."""
     sizes = sizes_of(vdm)
     capacity = vdm.get("hosts") or {}
     load = loads(current, sizes, capacity)
@@ -124,7 +125,10 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
     for step in moves:
         size = sizes[step["vm"]]
         clash = any(m["vm"] == step["vm"] for m in wave)
-        if wave and (clash or len(wave) >= concurrency
+        busy = per_host and any(
+            sum(host in (m["from"], m["to"]) for m in wave) >= per_host
+            for host in (step["from"], step["to"]))
+        if wave and (clash or busy or len(wave) >= concurrency
                      or not fits(load[step["to"]], size, capacity[step["to"]])):
             for done in wave:  # the wave ends: its VMs leave their sources
                 for r, amount in sizes[done["vm"]].items():
@@ -197,3 +201,52 @@ def hypervisors_of(status: dict[str, Any], vdm: Any, host: str,
         raise error(f"{host}: not a hypervisor of this inventory (known: "
                     f"{', '.join(sorted(hosts)) or 'none'})")
     return hosts
+
+
+# The inventory's yasco_migration: how each live migration runs (libvirt_domain's
+# `migration` option), its completion timeout, and how many a host sends or receives
+# at once. Each key: what it must be, and what it is checked by.
+MIGRATION_SETTINGS = {
+    "bandwidth": ("a whole number of MiB/s, 0 for no limit", lambda v: _whole(v, 0)),
+    "max_downtime": ("a whole number of milliseconds, 0 for QEMU's 300",
+                     lambda v: _whole(v, 0)),
+    "auto_converge": ("true or false", lambda v: isinstance(v, bool)),
+    "compressed": ("true or false", lambda v: isinstance(v, bool)),
+    "post_copy_after": ("a number of seconds above 0, or null for never",
+                        lambda v: v is None or _number(v) and v > 0),
+    "timeout": ("a number of seconds above 0", lambda v: _number(v) and v > 0),
+    "per_host": ("a whole number of migrations, 0 for no limit", lambda v: _whole(v, 0)),
+}
+MIGRATION_DEFAULTS = {"timeout": 600, "per_host": 0}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _whole(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def migration_settings(given: dict[str, Any] | None,
+                       field: str = "yasco_migration") -> dict[str, Any]:
+    """`given` checked: {'policy': the libvirt_domain module's `migration`, 'timeout',
+    'per_host'}; a ValueError names each key that is wrong and what it must be."""
+    given = given or {}
+    if not isinstance(given, dict):
+        raise ValueError(f"{field}: must be a mapping of "
+                         f"{', '.join(MIGRATION_SETTINGS)}, got {given!r}")
+    problems = [f"{field}.{key}: unknown; known are {', '.join(MIGRATION_SETTINGS)}"
+                for key in given if key not in MIGRATION_SETTINGS]
+    problems += [f"{field}.{key}: must be {wanted}, got {given[key]!r}"
+                 for key, (wanted, ok) in MIGRATION_SETTINGS.items()
+                 if key in given and not ok(given[key])]
+    settings = {**MIGRATION_DEFAULTS, **given}
+    after = settings.get("post_copy_after")
+    if not problems and after is not None and after >= settings["timeout"]:
+        problems.append(f"{field}.post_copy_after: {after} is not less than "
+                        f"{field}.timeout ({settings['timeout']}): it would never switch")
+    if problems:
+        raise ValueError("; ".join(problems))
+    return {"policy": {k: v for k, v in settings.items() if k not in MIGRATION_DEFAULTS},
+            "timeout": settings["timeout"], "per_host": settings["per_host"]}

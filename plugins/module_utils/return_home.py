@@ -35,9 +35,10 @@ class ReturnHomeError(Exception):
 
 def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]],
          host: str, cluster: str = etcd_keys.DEFAULT_CLUSTER,
-         concurrency: int = 2) -> dict[str, Any]:
-    """The return home of `host`; ReturnHomeError before anything changes when the
-    host is not ready for it."""
+         concurrency: int = 2, per_host: int = 0) -> dict[str, Any]:
+    """The return home of `host`, in waves of at most `concurrency` migrations and
+    `per_host` on any one host; ReturnHomeError before anything changes when the host
+    is not ready for it."""
     hosts = hypervisors_of(status, vdm, host, ReturnHomeError)
     here = hosts[host]
     _check_ready(here)
@@ -90,7 +91,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                   and _recorded(vms[name], where)}
     try:
         moves = plan_moves(current, vdm, only=homecoming)
-        grouped = waves(moves, current, vdm, max(1, int(concurrency)))
+        grouped = waves(moves, current, vdm, max(1, int(concurrency)), int(per_host))
     except RebalanceError as err:
         raise ReturnHomeError(f"cannot bring {host}'s HA VMs back: {err}") from err
     after = dict(current)

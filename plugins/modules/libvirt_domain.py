@@ -242,6 +242,45 @@ options:
         guest's memory.
     type: bool
     default: true
+  migration:
+    description:
+      - How a live migration to O(target_uri) runs. Playbooks take it from the
+        inventory's C(yasco_migration) (C(docs/ha.md), "Live migration").
+      - Unset suboptions keep QEMU's own behaviour.
+      - O(timeout) is the migration's completion timeout. A migration not done by then
+        is cancelled and the domain keeps running on the source, never moved cold.
+    type: dict
+    version_added: 0.1.0
+    suboptions:
+      bandwidth:
+        description: MiB/s the migration may use at most; V(0) for no limit.
+        type: int
+      max_downtime:
+        description:
+          - Milliseconds the guest may be paused for the switch-over at the end; QEMU
+            waits until what is left to send fits in that pause. QEMU's default is 300.
+        type: int
+      auto_converge:
+        description:
+          - Throttle the guest's vCPUs, more and more, while its memory changes faster
+            than it is sent, so that a busy guest's migration ends (QEMU's
+            auto-converge). The guest runs slower until it does.
+        type: bool
+      compressed:
+        description:
+          - Resend only the changed bytes of pages sent already (XBZRLE), at the cost of
+            CPU on both hosts; it helps on a slow migration network.
+        type: bool
+      post_copy_after:
+        description:
+          - Switch a migration still running after this many seconds to post-copy. The
+            guest runs on the target at once and fetches the pages it still lacks from
+            the source, so the migration always ends.
+          - If either host or the network between them fails during post-copy, the
+            guest's memory is lost and it must be started again (its disks are safe).
+            Unset, the default, never switches.
+          - Must be less than O(timeout); a migration in post-copy is not cancelled.
+        type: float
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - yasco.cluster.libvirt
@@ -284,6 +323,19 @@ EXAMPLES = r"""
     name: web1
     state: running
     timeout: 300
+
+- name: Live-migrate a busy database over a shared link, cancelled after 10 minutes
+  yasco.cluster.libvirt_domain:
+    uri: qemu+libssh://root@hv1/system
+    target_uri: qemu+libssh://root@hv2/system
+    name: db1
+    state: running
+    timeout: 600
+    migration:
+      bandwidth: 400
+      max_downtime: 500
+      auto_converge: true
+  register: db1_moved  # db1_moved.migration.downtime_ms: how long db1 was paused
 
 - name: Start every VM of a host in one task
   yasco.cluster.libvirt_domain:
@@ -334,6 +386,37 @@ state:
   returned: without O(domains)
   type: str
   sample: running
+migration:
+  description:
+    - A live migration's figures, read on the target once it completed; empty when
+      there was none.
+    - After post-copy libvirt keeps none on the target; RV(migration.total_ms) is then
+      the time the module measured, and the others are missing.
+  returned: without O(domains)
+  type: dict
+  sample: {total_ms: 2310, downtime_ms: 41, memory_bytes: 137281536, iterations: 3,
+           throttle_percent: 0, post_copy: false}
+  contains:
+    total_ms:
+      description: The migration's time from start to end, in milliseconds.
+      type: int
+    downtime_ms:
+      description: How long the guest was paused for the switch-over, in milliseconds.
+      type: int
+    memory_bytes:
+      description: The guest memory sent.
+      type: int
+    iterations:
+      description: QEMU's passes over the guest's memory.
+      type: int
+    throttle_percent:
+      description:
+        - With O(migration.auto_converge), the most auto-converge slowed the vCPUs down
+          (sampled each second while the migration ran).
+      type: int
+    post_copy:
+      description: Whether it switched to post-copy.
+      type: bool
 uri:
   description: The URI of the hypervisor the domain is on afterwards.
   returned: without O(domains)
@@ -404,6 +487,16 @@ SPEC_OPTIONS = {
 }
 
 
+# lv.MigrationPolicy's fields; null leaves QEMU's own behaviour.
+MIGRATION_OPTIONS = {
+    "bandwidth": {"type": "int"},
+    "max_downtime": {"type": "int"},
+    "auto_converge": {"type": "bool"},
+    "compressed": {"type": "bool"},
+    "post_copy_after": {"type": "float"},
+}
+
+
 def main(module_class=AnsibleModule) -> None:
     module = BatchModule(
         {
@@ -418,6 +511,7 @@ def main(module_class=AnsibleModule) -> None:
             "timeout": {"type": "float", "default": 120.0},
             "destroy_after_timeout": {"type": "bool", "default": False},
             "migrate_tls": {"type": "bool", "default": True},
+            "migration": {"type": "dict", "options": MIGRATION_OPTIONS},
         },
         option="domains",
         independent=True,

@@ -21,7 +21,8 @@ from typing import Any, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, host_states, metrics
+from ansible_collections.yasco.cluster.plugins.module_utils import (
+    cluster_events, etcd_keys, host_states, metrics)
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, to_json
 from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
     Agent, AgentConfig, ConfigError, _start_libvirt_event_loop)
@@ -164,6 +165,20 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
                         WAIT), {q: prometheus.value(q) for q in healthy}
         assert not {name for name, dummy in prometheus.firing()} & {
             "YascoHostDown", "YascoWatcherWithoutLeader", "YascoAgentSelfFenced"}
+
+        # A live migration the history records, with its figures, as the rebalance role
+        # writes it: counted once, its time and pause in the histograms.
+        with EtcdClient([etcd.url]) as client:
+            cluster_events.append(client, cluster_events.event(
+                "migrated", vm=ha, host="hv1", by="return_home", details={
+                    "from": "hv2", "total_ms": 3200, "downtime_ms": 40}), cluster=cluster)
+        migrated = {'yasco_migrations_total{by="return_home",watcher="w1"}': 1.0,
+                    "yasco_migration_seconds_count": 1.0, "yasco_migration_seconds_sum": 3.2,
+                    "yasco_migration_pause_seconds_count": 1.0,
+                    'yasco_migration_pause_seconds_bucket{le="0.05"}': 1.0,
+                    'yasco_migration_pause_seconds_bucket{le="0.025"}': 0.0}
+        assert wait_for(lambda: all(prometheus.value(q) == v for q, v in migrated.items()),
+                        WAIT), {q: prometheus.value(q) for q in migrated}
 
         link.requests = False  # hv1 loses etcd: it self-fences, its lease expires
         after = {'yasco_agent_lease_held{host="hv1"}': 0.0,

@@ -9,7 +9,7 @@ import libvirt
 import pytest
 
 from yasco_lab import storage
-from yasco_lab.domain import canary_domain_xml
+from yasco_lab.domain import canary_domain_xml, remove_everywhere
 
 from .conftest import yasco_lab
 
@@ -51,13 +51,7 @@ def canary(lab):
     left_busy: list[str] = []  # a test that crashes the canary's host appends its name
     yield name, conns, left_busy
     # Fresh connections: the test may have crashed a host under the old ones.
-    for conn in connect(lab).values():
-        for dom in conn.listAllDomains():
-            if dom.name() == name:
-                if dom.isActive():
-                    dom.destroy()
-                dom.undefine()
-        conn.close()
+    remove_everywhere(connect(lab).values(), name)
     # A crashed QEMU's watch and lock on the image outlive it until Ceph times them out
     # (or a fence breaks them); such an image is left to `down` rather than waited for.
     if not left_busy:

@@ -82,13 +82,19 @@ def test_a_canary_is_defined_started_and_live_migrated_idempotently(lab, image, 
     assert not again["changed"] and again["state"] == "running"
     before = wait_for_records(image, at_least=3)
 
+    # As yasco_migration sets it: each setting reaches QEMU, and the figures come back.
     migrate = domain(image, hosts["hv1"], target_uri=hosts["hv2"], state="running",
-                     spec=spec(lab, image), timeout=120)
+                     spec=spec(lab, image), timeout=120, migration={
+                         "bandwidth": 64, "max_downtime": 500, "auto_converge": True,
+                         "compressed": True})
     rc, (moved, rerun) = play(tmp_path, migrate, migrate)
     assert rc == 0
     assert moved["changed"] and moved["actions"] == ["migrate live"]
     assert moved["uri"] == hosts["hv2"] and moved["state"] == "running"
-    assert not rerun["changed"]
+    figures = moved["migration"]
+    assert figures["total_ms"] > 0 and 0 <= figures["downtime_ms"] < figures["total_ms"]
+    assert figures["memory_bytes"] > 0 and figures["post_copy"] is False, figures
+    assert not rerun["changed"] and rerun["migration"] == {}
     after = wait_for_records(image, at_least=len(before) + 5, timeout=60)
     assert_one_unbroken_writer(after)
     assert after[-1].writer == before[-1].writer

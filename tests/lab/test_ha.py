@@ -545,8 +545,9 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
         runs = writers(name)
         assert runs[-1][0] == last_seq[name][0] and runs[-1][2] > last_seq[name][2], runs
         assert_writers_follow_each_other(name)
-    assert sorted(e["vm"] for e in history(lab, "migrated", ha_vms)[migrations:]) == sorted(
-        ha_vms)
+    returned = history(lab, "migrated", ha_vms)[migrations:]
+    assert sorted(e["vm"] for e in returned) == sorted(ha_vms)
+    assert all(e["details"]["total_ms"] > 0 for e in returned), returned  # its figures
     # The return home writes its history and its report last, after the VMs are home.
     wait_for("hv1 unfenced in the history", lambda: [
         e["host"] for e in history(lab, "unfenced")][-1:] == ["hv1"], 60, every=0.5)

@@ -182,8 +182,14 @@ def test_rebalance_moves_vms_to_new_homes_within_capacity(lab, cluster):
     for name, host in moved.items():
         assert where[name] == [host] and stored[name] == {"host": host, "state": "running"}
     assert all(peaks[h] <= capacity[h] for h in hosts), peaks
-    migrated = [(e["vm"], e["details"]["from"], e["host"]) for e in history(lab, "migrated", moved)]
+    events = history(lab, "migrated", moved)
+    migrated = [(e["vm"], e["details"]["from"], e["host"]) for e in events]
     assert sorted(migrated) == sorted((n, before[n], h) for n, h in moved.items())
+    # Each with its figures, under the lab's yasco_migration (auto_converge on).
+    for event in events:
+        figures = event["details"]
+        assert figures["total_ms"] > 0 and "downtime_ms" in figures, event
+        assert "throttle_percent" in figures and figures["post_copy"] is False, event
     rc, results = playbook("rebalance", inventory)
     assert rc == 0 and any("0 moves in 0 waves" in str(r.get("msg", "")) for r in results)
 

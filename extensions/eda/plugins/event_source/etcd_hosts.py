@@ -305,6 +305,13 @@ EVENT_TYPES = ("host_down", "host_up", "host_stable", "maintenance", "vm_recover
 # is waited for before it is no longer timed (its VMs are then left to the alerts).
 EVACUATION_BUCKETS = (5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)
 EVACUATION_TIMED_FOR = 3600.0
+# Live migrations (the history's `migrated` events): their total time, and the pause of
+# the guest at the switch-over, in seconds.
+MIGRATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
+PAUSE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
+# The history events each look reads at most: more written between two looks (a few
+# seconds apart) go uncounted.
+HISTORY_READ = 200
 
 
 def _disarm_text(flag: dict[str, Any]) -> str:
@@ -388,6 +395,10 @@ class Watcher:
         # VMs they ran); how long the finished ones took; the reconciler's steps.
         self.evacuating: list[tuple[float, frozenset[str], set[str]]] = []
         self.evacuations = metrics.Durations(EVACUATION_BUCKETS)
+        self.migrations = metrics.Durations(MIGRATION_BUCKETS)
+        self.migration_pauses = metrics.Durations(PAUSE_BUCKETS)
+        self.migrated: dict[str, int] = {}  # by the playbook that migrated
+        self.history_seen: str | None = None  # the last history key looked at
         self.steps = dict.fromkeys(STEP_ACTIONS, 0)
 
     def _post(self, item: tuple) -> None:
@@ -570,6 +581,14 @@ class Watcher:
                                lambda key: etcd_keys.parse_key(key, cluster=self.cluster))
             self.observed, self.observed_at = observed, time.time()
             self._time_evacuations(observed)
+            try:
+                events = await asyncio.to_thread(
+                    reader.last_under, etcd_keys.history_prefix(cluster=self.cluster),
+                    HISTORY_READ)
+            except EtcdError as err:
+                LOG.warning("reconciler: reading the history: %s", err)
+            else:
+                self._time_migrations(events)
             if self.disarmed is not None:
                 continue  # looked at for the metrics only
             decision = decide(observed, self.memory, self.policy, self.loop.time())
@@ -607,6 +626,27 @@ class Watcher:
             else:
                 waiting.append((since, hosts, left))
         self.evacuating = waiting
+
+    def _time_migrations(self, events: list[Any]) -> None:
+        """Count the live migrations the history recorded since the last look, with
+        their figures; those before this watcher's first look are not its news."""
+        seen, self.history_seen = self.history_seen, max(
+            [kv.key for kv in events] + [self.history_seen or ""])
+        if seen is None:
+            return
+        for kv in events:
+            if kv.key <= seen:
+                continue
+            event = json_or_none(kv.value)
+            if not isinstance(event, dict) or event.get("kind") != "migrated":
+                continue
+            details = event.get("details") or {}
+            by = str(event.get("by") or "-")
+            self.migrated[by] = self.migrated.get(by, 0) + 1
+            if isinstance(details.get("total_ms"), (int, float)):
+                self.migrations.observe(details["total_ms"] / 1000)
+            if isinstance(details.get("downtime_ms"), (int, float)):
+                self.migration_pauses.observe(details["downtime_ms"] / 1000)
 
     def _start_timing(self, hosts: list[str]) -> None:
         """Note an evacuation of `hosts` just asked for, with the HA VMs they ran as the
@@ -842,6 +882,15 @@ class Watcher:
             self.evacuations))
         if not self.leader:
             return families
+        families += [
+            counter("migrations", "Live migrations the history recorded while this "
+                    "watcher led, by the playbook that made them."),
+            metrics.histogram("migration_seconds", "Each live migration's total time.",
+                              self.migrations),
+            metrics.histogram("migration_pause_seconds", "How long each live migration "
+                              "paused its guest at the switch-over.", self.migration_pauses)]
+        for by, count in sorted(self.migrated.items()):
+            families[-3].add(count, watcher=self.name, by=by)
         up = gauge("host_up", "1 while the hypervisor's agent holds its lease.")
         maintenance = gauge("host_maintenance", "1 while the hypervisor is in maintenance.")
         for host, have in sorted(self.states.kinds().items()):

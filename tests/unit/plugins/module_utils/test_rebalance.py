@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
-    RebalanceError, plan_moves, wave_steps, waves)
+    RebalanceError, migration_settings, plan_moves, wave_steps, waves)
 
 
 def vdm(home, sizes, capacity):
@@ -99,3 +99,44 @@ def test_any_feasible_rebalance_reaches_the_homes_within_capacity(k, data):
         return  # a tight cluster may have no safe order; the error says so
     assert where == home
     assert all(peak[h] <= capacity[h] for h in hosts)
+
+
+def test_a_limit_per_host_splits_the_waves_that_would_load_one_host_with_more():
+    # Four VMs of hv1 go home to hv2 and hv3: room for all, four moves a wave allowed.
+    current = {n: "hv1" for n in "abcd"}
+    plan = vdm({"a": "hv2", "b": "hv2", "c": "hv3", "d": "hv3"}, dict.fromkeys("abcd", 1),
+               {"hv1": 8, "hv2": 8, "hv3": 8})
+    moves = plan_moves(current, plan)
+    assert [len(w) for w in waves(moves, current, plan, 4)] == [4]
+    for per_host in (1, 2, 3):
+        grouped = waves(moves, current, plan, 4, per_host)
+        assert sorted(m["vm"] for w in grouped for m in w) == list("abcd")
+        for wave in grouped:
+            for host in ("hv1", "hv2", "hv3"):
+                assert sum(host in (m["from"], m["to"]) for m in wave) <= per_host
+    assert len(waves(moves, current, plan, 4, 1)) == 4  # hv1 sends each one alone
+
+
+def test_migration_settings_split_the_policy_from_the_timeout_and_the_limit_per_host():
+    assert migration_settings(None) == {"policy": {}, "timeout": 600, "per_host": 0}
+    assert migration_settings({"bandwidth": 100, "auto_converge": True, "timeout": 300,
+                               "per_host": 1, "post_copy_after": 60.0}) == {
+        "policy": {"bandwidth": 100, "auto_converge": True, "post_copy_after": 60.0},
+        "timeout": 300, "per_host": 1}
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"bandwith": 100}, "yasco_migration.bandwith: unknown; known are bandwidth, "),
+    ({"bandwidth": "fast"}, "yasco_migration.bandwidth: must be a whole number of MiB/s, "
+                            "0 for no limit, got 'fast'"),
+    ({"auto_converge": "yes"}, "yasco_migration.auto_converge: must be true or false"),
+    ({"per_host": -1}, "yasco_migration.per_host: must be a whole number of migrations"),
+    ({"timeout": 0}, "yasco_migration.timeout: must be a number of seconds above 0"),
+    ({"post_copy_after": 700}, "yasco_migration.post_copy_after: 700 is not less than "
+                               "yasco_migration.timeout (600)"),
+    ([1], "yasco_migration: must be a mapping of bandwidth, "),
+])
+def test_migration_settings_name_each_wrong_key_and_what_it_must_be(given, said):
+    with pytest.raises(ValueError) as raised:
+        migration_settings(given)
+    assert said in str(raised.value)
