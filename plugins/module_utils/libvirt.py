@@ -490,6 +490,10 @@ def set_autostart(dom, autostart: bool) -> bool:
 MIGRATION_ATTEMPTS = 2
 
 
+# QEMU's own maximum pause of a guest at a migration's switch-over, in milliseconds.
+QEMU_MAX_DOWNTIME = 300
+
+
 @dataclass(frozen=True)
 class MigrationPolicy:
     """How a live migration runs: the module's `migration` option, which playbooks take
@@ -523,7 +527,13 @@ class MigrationPolicy:
         return flags
 
     def params(self) -> dict[str, Any]:
-        return {libvirt.VIR_MIGRATE_PARAM_BANDWIDTH: self.bandwidth} if self.bandwidth else {}
+        if not self.bandwidth:
+            return {}
+        # The cap holds in both phases: libvirt sets post-copy's apart (MiB/s too).
+        params = {libvirt.VIR_MIGRATE_PARAM_BANDWIDTH: self.bandwidth}
+        if self.post_copy_after is not None:
+            params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH_POSTCOPY] = self.bandwidth
+        return params
 
 
 def migrate_live(dom, target_conn, timeout: float, tls: bool = True,
@@ -539,9 +549,9 @@ def migrate_live(dom, target_conn, timeout: float, tls: bool = True,
              | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE | policy.flags())
     if tls:
         flags |= libvirt.VIR_MIGRATE_TLS
-    if policy.max_downtime:
-        _call(f"domain {dom.name()}: set the migration's maximum downtime",
-              dom.migrateSetMaxDowntime, policy.max_downtime, 0)
+    # Set each time: QEMU keeps the last value given, from an earlier attempt say.
+    _call(f"domain {dom.name()}: set the migration's maximum downtime",
+          dom.migrateSetMaxDowntime, policy.max_downtime or QEMU_MAX_DOWNTIME, 0)
     deadline = time.monotonic() + timeout
     failures: list[str] = []
     for dummy in range(MIGRATION_ATTEMPTS):
@@ -590,29 +600,35 @@ def _migrate_once(dom, target_conn, flags: int, policy: MigrationPolicy,
 
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    started = time.monotonic()
+    deadline = time.monotonic() + timeout
     if policy.post_copy_after is not None and policy.post_copy_after < timeout:
         wait(policy.post_copy_after)
-        if worker.is_alive():
+        # Asked again each second until QEMU takes it: it refuses while the migration
+        # is still being set up, and an ended one needs nothing.
+        while worker.is_alive() and time.monotonic() < deadline:
             try:
                 dom.migrateStartPostCopy(0)
             except libvirt.libvirtError:
-                pass  # it is ending, or failed: the outcome says
-            else:
-                # No abort from here on: the guest runs on the target already.
-                outcome["post_copy"] = True
-                worker.join()
-                return outcome
-    wait(max(0.0, timeout - (time.monotonic() - started)))
+                wait(1.0)
+                continue
+            # No abort from here on: the guest runs on the target already.
+            outcome["post_copy"] = True
+            worker.join()
+            return outcome
+    wait(max(0.0, deadline - time.monotonic()))
     if worker.is_alive():
         try:
             dom.abortJob()
         except libvirt.libvirtError:
             pass
         worker.join(30)
+        if "domain" in outcome:
+            return outcome  # it ended as it was being cancelled: moved after all
         raise LibvirtAdapterError(
             f"domain {dom.name()}: live migration did not finish within {timeout:g} s and "
-            "was aborted; the domain still runs on the source")
+            + ("was cancelled; the domain still runs on the source" if "error" in outcome
+               else "libvirt has not said how its cancellation ended: check which host "
+                    "runs the domain"))
     return outcome
 
 

@@ -214,7 +214,7 @@ MIGRATION_SETTINGS = {
     "compressed": ("true or false", lambda v: isinstance(v, bool)),
     "post_copy_after": ("a number of seconds above 0, or null for never",
                         lambda v: v is None or _number(v) and v > 0),
-    "timeout": ("a number of seconds above 0", lambda v: _number(v) and v > 0),
+    "timeout": ("a whole number of seconds above 0", lambda v: _whole(v, 1)),
     "per_host": ("a whole number of migrations, 0 for no limit", lambda v: _whole(v, 0)),
 }
 MIGRATION_DEFAULTS = {"timeout": 600, "per_host": 0}

@@ -253,7 +253,7 @@ options:
     version_added: 0.1.0
     suboptions:
       bandwidth:
-        description: MiB/s the migration may use at most; V(0) for no limit.
+        description: MiB/s the migration may use at most, in its post-copy phase too; V(0) for no limit.
         type: int
       max_downtime:
         description:

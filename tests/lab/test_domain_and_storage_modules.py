@@ -95,6 +95,18 @@ def test_a_canary_is_defined_started_and_live_migrated_idempotently(lab, image, 
     assert figures["total_ms"] > 0 and 0 <= figures["downtime_ms"] < figures["total_ms"]
     assert figures["memory_bytes"] > 0 and figures["post_copy"] is False, figures
     assert not rerun["changed"] and rerun["migration"] == {}
+
+    # Post-copy, capped: switched after a second, and back over the plain path.
+    there_and_back = (
+        domain(image, hosts["hv2"], target_uri=hosts["hv1"], state="running",
+               spec=spec(lab, image), timeout=120,
+               migration={"bandwidth": 4, "post_copy_after": 1.0}),
+        domain(image, hosts["hv1"], target_uri=hosts["hv2"], state="running",
+               spec=spec(lab, image), timeout=120))
+    rc, (post_copied, plain) = play(tmp_path, *there_and_back)
+    assert rc == 0 and post_copied["uri"] == hosts["hv1"] and plain["uri"] == hosts["hv2"]
+    assert post_copied["migration"]["post_copy"] is True, post_copied["migration"]
+    assert plain["migration"]["post_copy"] is False
     after = wait_for_records(image, at_least=len(before) + 5, timeout=60)
     assert_one_unbroken_writer(after)
     assert after[-1].writer == before[-1].writer

@@ -571,6 +571,8 @@ class Watcher:
             self.nudge.clear()
             wake = None
             if not self.leader:
+                # Led again later, it counts only what is written from then on.
+                self.history_seen = None
                 continue
             try:
                 read = await asyncio.to_thread(reader.get_prefixes, keys)

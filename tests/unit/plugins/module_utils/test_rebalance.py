@@ -131,7 +131,8 @@ def test_migration_settings_split_the_policy_from_the_timeout_and_the_limit_per_
                             "0 for no limit, got 'fast'"),
     ({"auto_converge": "yes"}, "yasco_migration.auto_converge: must be true or false"),
     ({"per_host": -1}, "yasco_migration.per_host: must be a whole number of migrations"),
-    ({"timeout": 0}, "yasco_migration.timeout: must be a number of seconds above 0"),
+    ({"timeout": 0}, "yasco_migration.timeout: must be a whole number of seconds above 0"),
+    ({"timeout": 90.5}, "yasco_migration.timeout: must be a whole number of seconds above 0"),
     ({"post_copy_after": 700}, "yasco_migration.post_copy_after: 700 is not less than "
                                "yasco_migration.timeout (600)"),
     ([1], "yasco_migration: must be a mapping of bandwidth, "),
