@@ -8,7 +8,7 @@ import uuid
 import libvirt
 import pytest
 
-from yasco_lab import storage
+from yasco_lab import layout, storage
 from yasco_lab.domain import canary_domain_xml, remove_everywhere
 
 from .conftest import yasco_lab
@@ -82,8 +82,28 @@ def test_live_migration_keeps_the_canary_writing(canary):
     assert moved.isActive() and moved.isPersistent()
     after = wait_for_records(name, at_least=len(before) + 10, timeout=30)
     # The same guest boot goes on writing: no gap, no second writer, no restart.
-    assert_one_unbroken_writer(after)
+    try:
+        assert_one_unbroken_writer(after)
+    except AssertionError as err:
+        # Where each boot began, and what the guest said: a reboot shows on its console.
+        firsts = {}
+        for record in after:
+            firsts.setdefault(record.writer, record)
+        raise AssertionError(f"{err}; {len(before)} records before the migration; first "
+                             f"records of each boot: {list(firsts.values())}\n"
+                             + consoles(name)) from None
     assert after[-1].writer == before[-1].writer
+
+
+def consoles(name: str) -> str:
+    """The last lines of the canary's serial console on each host."""
+    out = []
+    for host in ("hv1", "hv2"):
+        path = layout.HostLayout(host).root / "log" / "qemu" / f"{name}.console"
+        text = path.read_text(errors="replace") if path.exists() else "(none)\n"
+        out.append(f"--- {host}'s console of {name}:\n" + "".join(
+            text.splitlines(keepends=True)[-40:]))
+    return "\n".join(out)
 
 
 def test_crash_stops_the_canary_and_boot_keeps_it_defined_but_not_running(lab, canary):
