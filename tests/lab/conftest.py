@@ -8,12 +8,14 @@ before they finish, so the order of the other tests does not matter; the test of
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from yasco_lab import layout
 from yasco_lab import lab as lab_verbs
 from yasco_lab.errors import LabError
 
@@ -64,6 +66,28 @@ def pytest_runtest_makereport(item: pytest.Item):
     outcome = yield
     report = outcome.get_result()
     setattr(item, f"rep_{report.when}", report)
+    if report.failed and "lab" in getattr(item, "fixturenames", ()):
+        report.sections.append(("what the lab's guests said", guest_lines()))
+
+
+# Lines of a guest's serial console and QEMU log worth seeing after a failure: where each
+# boot began (the canary's "ready"), why a kernel stopped, and why a QEMU ended.
+GUEST_LINE = re.compile(r"yasco-canary: (ready|no )|panic|Oops|BUG|RIP:|Call Trace|"
+                        r"watchdog|NMI|reboot|starting up|shutting down|terminating|migration|error",
+                        re.IGNORECASE)
+
+
+def guest_lines() -> str:
+    """The telling lines of every guest's console and QEMU log on every lab host."""
+    out = []
+    for host in layout.host_names(layout.MAX_HOSTS):
+        logs = layout.HostLayout(host).root / "log" / "qemu"
+        for path in sorted(logs.glob("*.console")) + sorted(logs.glob("*.log")):
+            lines = [line for line in path.read_text(errors="replace").splitlines()
+                     if GUEST_LINE.search(line) and not line.startswith("-")]
+            if lines:
+                out.append(f"--- {host} {path.name}:\n" + "\n".join(lines[-30:]))
+    return "\n".join(out) or "(no guest logs)"
 
 
 def yasco_lab(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess[str]:
