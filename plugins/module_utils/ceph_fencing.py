@@ -12,10 +12,36 @@ caller can record it and undo it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils import ceph
+from ansible_collections.yasco.cluster.plugins.module_utils import ceph, cluster_events, etcd
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import CephError
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, KeyValue
+
+# A host's fence is two things changed together: its entries in Ceph's blocklist and
+# its record in etcd (fences/<host>). Ceph knows nothing of etcd's revisions, so a run
+# that lifts a fence it read a while ago (a watcher deposed mid-return, say) could
+# take out the entries of a newer fence, and the VMs of that newer evacuation would
+# share their disks with the host. The lift therefore marks the record first, by
+# compare-and-swap, under a lease of LIFT_TTL seconds that nothing renews; it removes
+# the entries only while that lease is surely alive, with LIFT_MARGIN to spare, and
+# then deletes the record by compare-and-swap. A fence waits while a live lift mark
+# stands, blocklists, and then writes its record by compare-and-swap; if the record
+# changed in between, it starts over. So a lift and a fence of one host never
+# overlap: the fence's entries are added after any lift that could remove them has
+# ended or can no longer act. A lift also goes ahead only while the host is alive (its
+# liveness key exists, compared in the same transaction as the mark): a host that
+# failed again after the lift read its fence is being evacuated, and keeps its fence.
+# A fence records when it was written (`since`), so a lift that read an earlier fence
+# of the same host finds the record changed; a rerun of the same fence, its entries in
+# place, leaves the record as it is.
+LIFT_TTL = 30
+LIFT_MARGIN = 10
+# How often a fence reads a record under a live lift mark again, and how many times it
+# starts over when its compare-and-swap loses.
+LIFT_POLL = 0.5
+FENCE_ROUNDS = 5
 
 
 class FenceRun:
@@ -74,6 +100,12 @@ class FenceRun:
             cluster.blocklist_add_all(adding, self.params["expire"])
             # Present is not enough: the OSDs must have the map that lists it.
             cluster.wait_for_latest_map()
+        self.break_locks(cluster, entries, images, before, result)
+
+    def break_locks(self, cluster, entries: list[str], images: list[tuple],
+                    before: dict[str, str], result: dict[str, Any]) -> None:
+        """Break the locks of `images` held by clients that `entries` or the blocklist
+        as it was (`before`) cover; keep the others, as fence() says."""
         fenced = set(entries) | set(before)
         for pool, name, dummy in images:
             with cluster.opened(pool, name) as (dummy2, image):
@@ -107,3 +139,199 @@ class FenceInfo:
         return {"changed": False, "entries": entries,
                 "fenced": sorted(wanted & set(entries)) if wanted else sorted(entries),
                 "not_fenced": sorted(wanted - set(entries))}
+
+
+def _unmarked(record: Any) -> Any:
+    """A fence record without its lift mark."""
+    if isinstance(record, dict):
+        return {k: v for k, v in record.items() if k != "lifting"}
+    return record
+
+
+def _same_fence(found: KeyValue | None, value: Any) -> bool:
+    """Whether the record `found` is the fence `value` describes, written before."""
+    held = found.json() if found else None
+    return (isinstance(held, dict) and isinstance(value, dict) and "lifting" not in held
+            and {k: v for k, v in held.items() if k != "since"}
+            == {k: v for k, v in _unmarked(value).items() if k != "since"})
+
+
+def _addresses(record: Any) -> list[str]:
+    return list((record or {}).get("ceph_addrs") or []) if isinstance(record, dict) else []
+
+
+class HostFenceRun(FenceRun):
+    """One run of the host_fence module: hosts' fences, blocklist and etcd record
+    together (see LIFT_TTL for the protocol)."""
+
+    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+        super().__init__(params, check_mode)
+        self.waited = 0.0
+
+    def run(self) -> dict[str, Any]:
+        p = self.params
+        records = []
+        for index, record in enumerate(p["records"]):
+            where = f"records[{index}]"
+            if not isinstance(record, dict) or not record.get("key"):
+                raise CephError(f"{where}: expected a mapping with key and value")
+            if not _addresses(record.get("value")):
+                raise CephError(f"{where} ({record['key']}): its value names no ceph_addrs "
+                                "to fence or unfence")
+            records.append({"key": record["key"], "value": record["value"],
+                            "alive": record.get("alive")})
+        if p["state"] != "present" and p["images"]:
+            raise CephError("images: locks are only broken when fencing (state=present)")
+        images = [ceph.split_image(spec, "images") for spec in p["images"]]
+        result: dict[str, Any] = {"blocklisted": [], "unblocklisted": [], "locks_broken": [],
+                                  "locks_kept": [], "images_missing": [], "records": []}
+        with ceph.connect(p) as cluster, etcd.connect(p) as store:
+            before = cluster.blocklist()
+            if p["state"] == "present":
+                cluster.fencing()
+                self.fence_hosts(store, cluster, records, images, result)
+            else:
+                for record in records:
+                    self.lift_host(store, cluster, record, result)
+            after = before if self.check_mode else cluster.blocklist()
+        return {"changed": bool(self.actions), "actions": self.actions, "entries": after,
+                "waited": round(self.waited, 1),
+                "diff": {"before": "".join(f"{e}\n" for e in sorted(before)),
+                         "after": "".join(f"{e}\n" for e in sorted(after))}, **result}
+
+    # -- fencing --------------------------------------------------------------------
+
+    def settled(self, store: EtcdClient, key: str) -> KeyValue | None:
+        """The record at `key` once no live lift mark stands on it: a lift under way
+        may still remove entries, so a fence waits for it (LIFT_TTL at most)."""
+        started = time.monotonic()
+        while True:
+            found = store.get(key)
+            held = found.json() if found else None
+            mark = held.get("lifting") if isinstance(held, dict) else None
+            lease = mark.get("lease") if isinstance(mark, dict) else None
+            if not lease or store.lease_info(int(lease), keys=False) is None:
+                self.waited += time.monotonic() - started
+                return found
+            if time.monotonic() - started > LIFT_TTL * 2:
+                raise CephError(f"{key}: a lift of this fence has stood for "
+                                f"{LIFT_TTL * 2} s under lease {lease}, which should have "
+                                f"expired in {LIFT_TTL} s; nothing was fenced")
+            time.sleep(LIFT_POLL)
+
+    def fence_hosts(self, store: EtcdClient, cluster, records: list[dict[str, Any]],
+                    images: list[tuple], result: dict[str, Any]) -> None:
+        """Blocklist every record's addresses and write the records, each by
+        compare-and-swap against the record as read once no lift stood on it; then
+        break the images' locks that fenced clients hold."""
+        entries = ceph.fence_addresses(sorted({a for r in records
+                                               for a in _addresses(r["value"])}))
+        stamp = cluster_events.timestamp()
+        for dummy in range(FENCE_ROUNDS):
+            found = {r["key"]: self.settled(store, r["key"]) for r in records}
+            self.blocklist(cluster, entries, result)
+            if self.check_mode:
+                self.actions += [f"record {r['key']}" for r in records
+                                 if not _same_fence(found[r["key"]], r["value"])]
+                break
+            # A record of this very fence, entries in place, stays as it is: a rerun
+            # changes nothing. Any other is written anew, with when.
+            fresh = [r for r in records if not _same_fence(found[r["key"]], r["value"])
+                     or not set(entries) <= set(cluster.blocklist())]
+            lost = [r["key"] for r in fresh if not store.put_if(
+                r["key"], etcd.to_json({**_unmarked(r["value"]), "since": stamp}),
+                mod_revision=found[r["key"]].mod_revision if found[r["key"]] else 0).succeeded]
+            self.actions += [f"record {r['key']}" for r in fresh if r["key"] not in lost]
+            result["records"] += [r["key"] for r in fresh if r["key"] not in lost]
+            if not lost:
+                break
+            records = [r for r in records if r["key"] in lost]
+        else:
+            raise CephError(f"{', '.join(r['key'] for r in records)}: the fence record kept "
+                            f"changing while this fenced ({FENCE_ROUNDS} tries); the "
+                            "blocklist entries stand, run this again")
+        # A lift that lost its lease mid-way cannot have taken entries out since (see
+        # LIFT_MARGIN); this puts back any that are gone all the same.
+        if not self.check_mode:
+            self.blocklist(cluster, entries, result)
+        self.break_locks(cluster, entries, images, cluster.blocklist(), result)
+
+    def blocklist(self, cluster, entries: list[str], result: dict[str, Any]) -> None:
+        """Add the entries the blocklist lacks, and wait until the OSDs have the map."""
+        missing = [e for e in entries if e not in cluster.blocklist()]
+        self.actions += [f"blocklist {e}" for e in missing]
+        result["blocklisted"] += [e for e in missing if e not in result["blocklisted"]]
+        if missing and not self.check_mode:
+            cluster.blocklist_add_all(missing, self.params["expire"])
+            cluster.wait_for_latest_map()
+
+    # -- lifting --------------------------------------------------------------------
+
+    def lift_host(self, store: EtcdClient, cluster, record: dict[str, Any],
+                  result: dict[str, Any]) -> None:
+        """Lift the fence `record` holds, if the record still says what it did when
+        read (`record["value"]`), marked as lifted while the entries go."""
+        key = record["key"]
+        found = store.get(key)
+        if found is None:
+            return  # lifted already
+        held = found.json()
+        mark = held.get("lifting") if isinstance(held, dict) else None
+        if isinstance(mark, dict) and mark.get("lease") and store.lease_info(
+                int(mark["lease"]), keys=False) is not None:
+            raise CephError(f"{key}: another run is lifting this fence (since "
+                            f"{mark.get('since')}); nothing was lifted")
+        if _unmarked(held) != _unmarked(record["value"]):
+            raise CephError(f"{key}: the fence changed since it was read (it now says "
+                            f"{etcd.to_json(_unmarked(held))}): a newer fence stands, and "
+                            "nothing was lifted")
+        entries = [e for e in ceph.fence_addresses(_addresses(held)) if e in cluster.blocklist()]
+        if self.check_mode:
+            self.actions += [f"unblocklist {e}" for e in entries] + [f"delete {key}"]
+            result["unblocklisted"] += entries
+            return
+        started = time.monotonic()
+        lease = store.grant_lease(LIFT_TTL)
+        marked = store.put_if(key, etcd.to_json({**_unmarked(held), "lifting": {
+            "lease": lease.id, "since": cluster_events.timestamp()}}),
+            mod_revision=found.mod_revision, while_exists=record["alive"])
+        if not marked.succeeded:
+            store.revoke_lease(lease.id)
+            if record["alive"] and store.get(record["alive"]) is None:
+                raise CephError(f"{key}: the host is not alive any more ({record['alive']} "
+                                "is gone): it may have failed again, and nothing was lifted")
+            raise CephError(f"{key}: the fence changed as this went to lift it; a newer "
+                            "fence stands, and nothing was lifted")
+        self.actions.append(f"mark {key}")
+        deadline = started + lease.granted_ttl - LIFT_MARGIN
+        removed = []
+        for entry in entries:
+            if time.monotonic() >= deadline:
+                self.restore(store, cluster, key, held, marked.revision, removed)
+                raise CephError(f"{key}: lifting took longer than {LIFT_TTL - LIFT_MARGIN} s, "
+                                "so a newer fence could have come: the fence stands again "
+                                "as it was; run this again")
+            cluster.blocklist_remove(entry)
+            removed.append(entry)
+            self.actions.append(f"unblocklist {entry}")
+        result["unblocklisted"] += removed
+        deleted = store.delete_if(key, mod_revision=marked.revision)
+        if not deleted.succeeded:
+            # Only after the lease: whoever wrote it fenced the host again. Its entries
+            # go back, whatever this removed.
+            newer = deleted.current.json() if deleted.current else None
+            self.blocklist(cluster, ceph.fence_addresses(_addresses(newer) or removed), result)
+            store.revoke_lease(lease.id)
+            raise CephError(f"{key}: a newer fence was recorded while this lifted the old "
+                            "one; its blocklist entries are back, and the host stays fenced")
+        store.revoke_lease(lease.id)
+        self.actions.append(f"delete {key}")
+        result["records"].append(key)
+
+    def restore(self, store: EtcdClient, cluster, key: str, held: Any, revision: int,
+                removed: list[str]) -> None:
+        """Put back what a lift that ran out of time removed, and its record unmarked."""
+        if removed:
+            cluster.blocklist_add_all(removed, self.params["expire"])
+            cluster.wait_for_latest_map()
+        store.put_if(key, etcd.to_json(_unmarked(held)), mod_revision=revision)

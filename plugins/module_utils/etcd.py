@@ -555,14 +555,16 @@ class EtcdClient:
         return int(result.get("deleted", 0))
 
     def put_if(self, key: str, value: str, *, mod_revision: int | None = None,
-               value_equals: str | None = None, lease: int = 0) -> SwapResult:
+               value_equals: str | None = None, lease: int = 0,
+               while_exists: str | None = None) -> SwapResult:
         """Write the key only if its mod_revision is `mod_revision` (0: only if it does
-        not exist) and/or its value is `value_equals`, atomically."""
+        not exist) and/or its value is `value_equals`, and, with `while_exists`, only
+        while that other key exists, atomically."""
         request = {"key": _encode(_key(key)), "value": _encode(_value(value))}
         if lease:
             request["lease"] = str(lease)
         return self._swap(f"write {key}", key, {"request_put": request}, mod_revision,
-                          value_equals, lease)
+                          value_equals, lease, while_exists)
 
     def delete_if(self, key: str, *, mod_revision: int | None = None,
                   value_equals: str | None = None) -> SwapResult:
@@ -572,8 +574,12 @@ class EtcdClient:
                           mod_revision, value_equals, 0)
 
     def _swap(self, action: str, key: str, operation: dict[str, Any],
-              mod_revision: int | None, value_equals: str | None, lease: int) -> SwapResult:
+              mod_revision: int | None, value_equals: str | None, lease: int,
+              while_exists: str | None = None) -> SwapResult:
         compare = []
+        if while_exists is not None:
+            compare.append({"key": _encode(_key(while_exists)), "target": "VERSION",
+                            "result": "GREATER", "version": "0"})
         if mod_revision is not None:
             # A key that does not exist compares as mod_revision 0.
             compare.append({"key": _encode(key), "target": "MOD", "result": "EQUAL",

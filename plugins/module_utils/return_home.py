@@ -177,8 +177,10 @@ def unfence(host: str, fence: dict[str, Any] | None, cluster: str,
     if not fence:
         return None
     return {"addresses": list(fence.get("ceph_addrs") or []), "images": images,
-            "record": {"key": etcd_keys.fence_key(host, cluster=cluster), "state": "absent",
-                       "if_value": fence},
+            # As read: host_fence lifts it only if it still says so, and only while the
+            # host is alive.
+            "record": {"key": etcd_keys.fence_key(host, cluster=cluster), "value": fence,
+                       "alive": etcd_keys.alive_key(host, cluster=cluster)},
             "event": {"kind": "unfenced", "host": host,
                       "details": {"ceph_addrs": list(fence.get("ceph_addrs") or [])}}}
 

@@ -8,7 +8,7 @@ import uuid
 import libvirt
 import pytest
 
-from yasco_lab import layout, storage
+from yasco_lab import storage
 from yasco_lab.domain import canary_domain_xml, remove_everywhere
 
 from .conftest import yasco_lab

@@ -121,7 +121,7 @@ def test_a_fence_is_lifted_after_a_reboot_and_kept_for_the_same_boot():
     fence = {"ceph_addrs": ["10.0.0.1"], "boot_id": "b1"}
     plan = cold_start_plan(status(running={}, hosts={"hv1": {"fence": fence}}), VDM, ITEMS)
     assert [u["host"] for u in plan["unfence"]] == ["hv1"]
-    assert plan["unfence"][0]["record"]["if_value"] == fence
+    assert plan["unfence"][0]["record"]["value"] == fence
     same = {**fence, "boot_id": "b2"}
     plan = cold_start_plan(status(running={}, hosts={"hv1": {"fence": same}}), VDM, ITEMS)
     assert plan["still_fenced"] == ["hv1"]

@@ -76,7 +76,8 @@ def test_a_returning_host_is_unfenced_gets_its_vms_back_and_the_preempted_restar
         "addresses": ["10.1.0.1"],
         # Locks its fenced clients may still hold: the disks of the VMs it is home to.
         "images": ["vms/db", "vms/plain", "vms/web"],
-        "record": {"key": "/yasco/c1/fences/hv1", "state": "absent", "if_value": FENCE},
+        "record": {"key": "/yasco/c1/fences/hv1", "value": FENCE,
+                   "alive": "/yasco/c1/hosts/hv1/alive"},
         "event": {"kind": "unfenced", "host": "hv1", "details": {"ceph_addrs": ["10.1.0.1"]}}}
     assert [(s["vm"], s["host"]) for s in done["autostart"]] == [("plain", "hv1")]
     assert done["autostart"][0]["record"] == {
