@@ -160,6 +160,12 @@ def _addresses(record: Any) -> list[str]:
     return list((record or {}).get("ceph_addrs") or []) if isinstance(record, dict) else []
 
 
+def _mark(record: Any) -> dict[str, Any] | None:
+    """A fence record's lift mark, if it has one."""
+    mark = record.get("lifting") if isinstance(record, dict) else None
+    return mark if isinstance(mark, dict) else None
+
+
 class HostFenceRun(FenceRun):
     """One run of the host_fence module: hosts' fences, blocklist and etcd record
     together (see LIFT_TTL for the protocol)."""
@@ -178,22 +184,37 @@ class HostFenceRun(FenceRun):
             if not _addresses(record.get("value")):
                 raise CephError(f"{where} ({record['key']}): its value names no ceph_addrs "
                                 "to fence or unfence")
+            if p["state"] != "present" and not record.get("alive"):
+                raise CephError(f"{where} ({record['key']}): a lift needs the host's "
+                                "liveness key (alive), which must exist for it to go ahead")
             records.append({"key": record["key"], "value": record["value"],
                             "alive": record.get("alive")})
-        if p["state"] != "present" and p["images"]:
-            raise CephError("images: locks are only broken when fencing (state=present)")
+        if p["state"] != "present" and p["ceph_timeout"] > LIFT_TTL - LIFT_MARGIN - 5:
+            raise CephError(f"ceph_timeout: a lift needs it at most {LIFT_TTL - LIFT_MARGIN - 5} "
+                            f"s, so that a removal lands within the lift's lease; got "
+                            f"{p['ceph_timeout']:g}")
         images = [ceph.split_image(spec, "images") for spec in p["images"]]
         result: dict[str, Any] = {"blocklisted": [], "unblocklisted": [], "locks_broken": [],
                                   "locks_kept": [], "images_missing": [], "records": []}
+        refused = []
         with ceph.connect(p) as cluster, etcd.connect(p) as store:
             before = cluster.blocklist()
-            if p["state"] == "present":
+            if images:
                 cluster.fencing()
+            if p["state"] == "present":
                 self.fence_hosts(store, cluster, records, images, result)
             else:
                 for record in records:
-                    self.lift_host(store, cluster, record, result)
-            after = before if self.check_mode else cluster.blocklist()
+                    try:
+                        self.lift_host(store, cluster, record, images, result)
+                    except CephError as err:  # the other hosts' lifts go on
+                        refused.append(str(err))
+            after = cluster.blocklist()
+        if refused:
+            raise CephError("; ".join(refused))
+        if self.check_mode:
+            after = {e: v for e, v in {**before, **dict.fromkeys(result["blocklisted"], "")}
+                     .items() if e not in result["unblocklisted"]}
         return {"changed": bool(self.actions), "actions": self.actions, "entries": after,
                 "waited": round(self.waited, 1),
                 "diff": {"before": "".join(f"{e}\n" for e in sorted(before)),
@@ -203,20 +224,20 @@ class HostFenceRun(FenceRun):
 
     def settled(self, store: EtcdClient, key: str) -> KeyValue | None:
         """The record at `key` once no live lift mark stands on it: a lift under way
-        may still remove entries, so a fence waits for it (LIFT_TTL at most)."""
+        may still remove entries, so a fence waits for it. A lift acts only within
+        LIFT_TTL of its mark by its own clock, so a mark seen unchanged that long is
+        over too, though etcd extends a lease when its leader changes."""
         started = time.monotonic()
+        seen: dict[int, float] = {}  # mark's revision -> when first seen
         while True:
             found = store.get(key)
-            held = found.json() if found else None
-            mark = held.get("lifting") if isinstance(held, dict) else None
-            lease = mark.get("lease") if isinstance(mark, dict) else None
-            if not lease or store.lease_info(int(lease), keys=False) is None:
+            mark = _mark(found.json()) if found else None
+            lease = mark.get("lease") if mark else None
+            first = seen.setdefault(found.mod_revision, time.monotonic()) if found else 0.0
+            if (not lease or time.monotonic() - first > LIFT_TTL
+                    or store.lease_info(int(lease), keys=False) is None):
                 self.waited += time.monotonic() - started
                 return found
-            if time.monotonic() - started > LIFT_TTL * 2:
-                raise CephError(f"{key}: a lift of this fence has stood for "
-                                f"{LIFT_TTL * 2} s under lease {lease}, which should have "
-                                f"expired in {LIFT_TTL} s; nothing was fenced")
             time.sleep(LIFT_POLL)
 
     def fence_hosts(self, store: EtcdClient, cluster, records: list[dict[str, Any]],
@@ -229,20 +250,30 @@ class HostFenceRun(FenceRun):
         stamp = cluster_events.timestamp()
         for dummy in range(FENCE_ROUNDS):
             found = {r["key"]: self.settled(store, r["key"]) for r in records}
+            listed = set(cluster.blocklist())
             self.blocklist(cluster, entries, result)
-            if self.check_mode:
-                self.actions += [f"record {r['key']}" for r in records
-                                 if not _same_fence(found[r["key"]], r["value"])]
-                break
-            # A record of this very fence, entries in place, stays as it is: a rerun
-            # changes nothing. Any other is written anew, with when.
+            # A record of this very fence, its entries in place, stays as it is: a rerun
+            # changes nothing. Any other is written anew, with when; it keeps the
+            # addresses of the fence it replaces, so that a lift takes them out too.
             fresh = [r for r in records if not _same_fence(found[r["key"]], r["value"])
-                     or not set(entries) <= set(cluster.blocklist())]
-            lost = [r["key"] for r in fresh if not store.put_if(
-                r["key"], etcd.to_json({**_unmarked(r["value"]), "since": stamp}),
-                mod_revision=found[r["key"]].mod_revision if found[r["key"]] else 0).succeeded]
-            self.actions += [f"record {r['key']}" for r in fresh if r["key"] not in lost]
-            result["records"] += [r["key"] for r in fresh if r["key"] not in lost]
+                     or not set(ceph.fence_addresses(_addresses(r["value"]))) <= listed]
+            if self.check_mode:
+                self.actions += [f"record {r['key']}" for r in fresh]
+                break
+            lost = []
+            for r in fresh:
+                old = found[r["key"]]
+                kept = [a for a in _addresses(old.json() if old else None)
+                        if a not in _addresses(r["value"])]
+                value = {**_unmarked(r["value"]), "since": stamp}
+                if kept:
+                    value["ceph_addrs"] = _addresses(r["value"]) + kept
+                if store.put_if(r["key"], etcd.to_json(value),
+                                mod_revision=old.mod_revision if old else 0).succeeded:
+                    self.actions.append(f"record {r['key']}")
+                    result["records"].append(r["key"])
+                else:
+                    lost.append(r["key"])
             if not lost:
                 break
             records = [r for r in records if r["key"] in lost]
@@ -250,10 +281,13 @@ class HostFenceRun(FenceRun):
             raise CephError(f"{', '.join(r['key'] for r in records)}: the fence record kept "
                             f"changing while this fenced ({FENCE_ROUNDS} tries); the "
                             "blocklist entries stand, run this again")
-        # A lift that lost its lease mid-way cannot have taken entries out since (see
-        # LIFT_MARGIN); this puts back any that are gone all the same.
         if not self.check_mode:
+            # A lift that lost its lease mid-way cannot have taken entries out since (see
+            # LIFT_MARGIN); this puts back any that are gone all the same. The OSDs must
+            # have the map that lists them before a lock is broken, even on a rerun that
+            # added nothing.
             self.blocklist(cluster, entries, result)
+            cluster.wait_for_latest_map()
         self.break_locks(cluster, entries, images, cluster.blocklist(), result)
 
     def blocklist(self, cluster, entries: list[str], result: dict[str, Any]) -> None:
@@ -268,16 +302,18 @@ class HostFenceRun(FenceRun):
     # -- lifting --------------------------------------------------------------------
 
     def lift_host(self, store: EtcdClient, cluster, record: dict[str, Any],
-                  result: dict[str, Any]) -> None:
+                  images: list[tuple], result: dict[str, Any]) -> None:
         """Lift the fence `record` holds, if the record still says what it did when
-        read (`record["value"]`), marked as lifted while the entries go."""
+        read (`record["value"]`) and the host is alive, marked as lifted while the
+        entries go. First, under the mark, the locks of `images` that fenced clients
+        still hold are broken: a QEMU killed while fenced could not release its own."""
         key = record["key"]
         found = store.get(key)
         if found is None:
             return  # lifted already
         held = found.json()
-        mark = held.get("lifting") if isinstance(held, dict) else None
-        if isinstance(mark, dict) and mark.get("lease") and store.lease_info(
+        mark = _mark(held)
+        if mark and mark.get("lease") and store.lease_info(
                 int(mark["lease"]), keys=False) is not None:
             raise CephError(f"{key}: another run is lifting this fence (since "
                             f"{mark.get('since')}); nothing was lifted")
@@ -285,8 +321,10 @@ class HostFenceRun(FenceRun):
             raise CephError(f"{key}: the fence changed since it was read (it now says "
                             f"{etcd.to_json(_unmarked(held))}): a newer fence stands, and "
                             "nothing was lifted")
-        entries = [e for e in ceph.fence_addresses(_addresses(held)) if e in cluster.blocklist()]
         if self.check_mode:
+            entries = [e for e in ceph.fence_addresses(_addresses(held))
+                       if e in cluster.blocklist()]
+            self.break_locks(cluster, entries, images, cluster.blocklist(), result)
             self.actions += [f"unblocklist {e}" for e in entries] + [f"delete {key}"]
             result["unblocklisted"] += entries
             return
@@ -297,41 +335,64 @@ class HostFenceRun(FenceRun):
             mod_revision=found.mod_revision, while_exists=record["alive"])
         if not marked.succeeded:
             store.revoke_lease(lease.id)
-            if record["alive"] and store.get(record["alive"]) is None:
+            if store.get(record["alive"]) is None:
                 raise CephError(f"{key}: the host is not alive any more ({record['alive']} "
                                 "is gone): it may have failed again, and nothing was lifted")
             raise CephError(f"{key}: the fence changed as this went to lift it; a newer "
                             "fence stands, and nothing was lifted")
         self.actions.append(f"mark {key}")
-        deadline = started + lease.granted_ttl - LIFT_MARGIN
-        removed = []
-        for entry in entries:
-            if time.monotonic() >= deadline:
-                self.restore(store, cluster, key, held, marked.revision, removed)
-                raise CephError(f"{key}: lifting took longer than {LIFT_TTL - LIFT_MARGIN} s, "
-                                "so a newer fence could have come: the fence stands again "
-                                "as it was; run this again")
-            cluster.blocklist_remove(entry)
-            removed.append(entry)
-            self.actions.append(f"unblocklist {entry}")
+        # The last removal must land while the lease surely lives, LIFT_MARGIN before
+        # its end: a Ceph command may take up to ceph_timeout.
+        deadline = started + lease.granted_ttl - LIFT_MARGIN - self.params["ceph_timeout"]
+        removed: list[str] = []
+        tried: list[str] = []  # a removal that failed may still land
+        try:
+            entries = [e for e in ceph.fence_addresses(_addresses(held))
+                       if e in cluster.blocklist()]
+            if images:
+                cluster.wait_for_latest_map()
+                self.break_locks(cluster, entries, images, cluster.blocklist(), result)
+            for entry in entries:
+                self.removing(entry)
+                if time.monotonic() >= deadline:
+                    raise CephError(f"{key}: lifting took longer than the lease allows, so "
+                                    "a newer fence could have come")
+                tried.append(entry)
+                cluster.blocklist_remove(entry)
+                removed.append(entry)
+                self.actions.append(f"unblocklist {entry}")
+        except CephError as err:
+            self.restore(store, cluster, key, held, marked.revision, tried, lease.id)
+            raise CephError(f"{err}: the fence stands again as it was; run this again") \
+                from err
         result["unblocklisted"] += removed
         deleted = store.delete_if(key, mod_revision=marked.revision)
-        if not deleted.succeeded:
-            # Only after the lease: whoever wrote it fenced the host again. Its entries
-            # go back, whatever this removed.
-            newer = deleted.current.json() if deleted.current else None
-            self.blocklist(cluster, ceph.fence_addresses(_addresses(newer) or removed), result)
-            store.revoke_lease(lease.id)
-            raise CephError(f"{key}: a newer fence was recorded while this lifted the old "
-                            "one; its blocklist entries are back, and the host stays fenced")
         store.revoke_lease(lease.id)
+        if not deleted.succeeded:
+            current = deleted.current.json() if deleted.current else None
+            if isinstance(current, dict) and not _mark(current):
+                # A newer fence, recorded against the lease (by hand, say): its entries
+                # go back, whatever this removed.
+                self.blocklist(cluster, ceph.fence_addresses(_addresses(current)), result)
+                raise CephError(f"{key}: a newer fence was recorded while this lifted the "
+                                "old one; its blocklist entries are back, and the host stays "
+                                "fenced")
+            raise CephError(f"{key}: the record changed while this lifted the fence (now "
+                            f"{deleted.current.value if deleted.current else 'gone'}); "
+                            "whoever changed it owns the fence now")
         self.actions.append(f"delete {key}")
         result["records"].append(key)
 
+    def removing(self, entry: str) -> None:
+        """Called before each entry is removed; a test stalls a lift here."""
+
     def restore(self, store: EtcdClient, cluster, key: str, held: Any, revision: int,
-                removed: list[str]) -> None:
-        """Put back what a lift that ran out of time removed, and its record unmarked."""
-        if removed:
-            cluster.blocklist_add_all(removed, self.params["expire"])
+                tried: list[str], lease: int) -> None:
+        """Put back a lift that could not finish: its record unmarked and, if that
+        write wins, the entries it tried to remove (removals that all landed while its
+        lease lived, so before any newer fence). Then end its lease."""
+        if store.put_if(key, etcd.to_json(_unmarked(held)), mod_revision=revision).succeeded \
+                and tried:
+            cluster.blocklist_add_all(tried, self.params["expire"])
             cluster.wait_for_latest_map()
-        store.put_if(key, etcd.to_json(_unmarked(held)), mod_revision=revision)
+        store.revoke_lease(lease)

@@ -591,7 +591,7 @@ class Agent:
         deadline = self.clock() + self.config.fence_wait
         LOG.warning("waiting up to %.0f s for the evacuation to fence this host before "
                     "registering again", self.config.fence_wait)
-        while etcd.get(fence) is None and self.clock() < deadline:
+        while not _fence_stands(etcd.get(fence)) and self.clock() < deadline:
             if self.leaving.wait(1.0):
                 return
         self.given_up = 0
@@ -1115,6 +1115,13 @@ def _is_active(dom) -> bool:
         return bool(dom.isActive())
     except lv.libvirt.libvirtError:
         return False
+
+
+def _fence_stands(found) -> bool:
+    """Whether a fence record `found` says the host is fenced: one being lifted (a
+    return home of an earlier failure under way) is not this failure's fence."""
+    record = json_or_none(found.value) if found is not None else None
+    return isinstance(record, dict) and "lifting" not in record
 
 
 def _by_agent(value: str) -> bool:

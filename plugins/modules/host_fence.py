@@ -24,8 +24,11 @@ description:
     that failed again since keeps its fence for the evacuation under way.
     It first marks the record, by compare-and-swap, as being lifted under an etcd
     lease of 30 seconds that nothing renews; it removes the blocklist entries only while
-    that lease has at least 10 seconds left, and then deletes the record by
-    compare-and-swap. A fence of the same host waits while such a mark's lease lives.
+    that lease has at least 10 seconds plus O(ceph_timeout) left (so O(ceph_timeout) may
+    be 15 at most for a lift), and then deletes the record by compare-and-swap. A fence
+    of the same host waits while such a mark's lease lives, and at most 30 seconds once
+    it has seen the mark. A lift that cannot finish puts the fence back as it was.
+    Several records are lifted one by one; one refused fails the task, after the others.
   - So a run that lifts a fence it read before the host failed again (a watcher
     deposed during a return home, say) fails and removes nothing, and a fence is never
     undone by a lift that started before it. A lift that finds a newer fence recorded
@@ -45,7 +48,7 @@ options:
       - The hosts' fence records, each a mapping of C(key) (the record's etcd key),
         C(value) (a mapping whose C(ceph_addrs) lists the host's addresses, as
         M(yasco.cluster.ceph_fence) takes them) and, for a lift, C(alive) (the host's
-        liveness key, which must exist for the lift to go ahead).
+        liveness key, which must exist for the lift to go ahead; required).
       - With O(state=present), C(value) is what to record; with O(state=absent), what
         the record held when it was read. A record absent from etcd is not lifted again.
     type: list
@@ -53,8 +56,10 @@ options:
     required: true
   images:
     description:
-      - Images, C(pool/image), whose locks to break once the fence is in effect and
-        recorded. Only with O(state=present).
+      - Images, C(pool/image), whose locks held by fenced clients to break - with
+        O(state=present) once the fence is in effect and recorded, with O(state=absent)
+        under the lift's mark, before any entry goes (a QEMU killed while fenced could
+        not release its lock, and a hypervisor may not take one over).
     type: list
     elements: str
     default: []

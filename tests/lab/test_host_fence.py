@@ -106,31 +106,104 @@ def test_a_lift_is_refused_when_the_host_failed_again(lab, etcd):
     assert blocklisted() and etcd.get_json(KEY) == read_by_the_return
 
 
+class StalledLift(HostFenceRun):
+    """A lift that stalls before it removes an entry, until `go` is set: as a watcher
+    paused mid-lift would."""
+
+    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+        super().__init__(params, check_mode)
+        self.stalled, self.go = threading.Event(), threading.Event()
+
+    def removing(self, entry: str) -> None:
+        self.stalled.set()
+        self.go.wait(60)
+
+
+def lift_in_background(lab, **options: Any) -> tuple[StalledLift, threading.Thread, dict]:
+    """A StalledLift of hv9's fence as it stands, started, and what it ends with."""
+    controller = credentials.EtcdUser(etcd_access.CONTROLLER_ROLE)
+    with etcd_client(lab["etcd_endpoints"]) as etcd:
+        held = etcd.get_json(KEY)
+    lift = StalledLift({**fencer_options(), **controller.options(lab["etcd_endpoints"]),
+                        "timeout": 5.0, "state": "absent",
+                        "records": [{"key": KEY, "value": held, "alive": ALIVE}], **options},
+                       check_mode=False)
+    ended: dict[str, Any] = {}
+
+    def go() -> None:
+        try:
+            ended["result"] = lift.run()
+        except CephError as err:
+            ended["error"] = str(err)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    assert lift.stalled.wait(30), "the lift never reached its removals"
+    return lift, thread, ended
+
+
 def test_a_fence_waits_for_a_lift_under_way_and_its_entry_stays(lab, etcd):
     run(lab)
-    held = etcd.get_json(KEY)
-    # A lift under way, as host_fence marks it: then it stalls before removing anything.
-    lease = etcd.grant_lease(LIFT_TTL)
-    etcd.put(KEY, to_json({**held, "lifting": {"lease": lease.id, "since": "now"}}))
+    etcd.put(ALIVE, to_json({"boot_id": "b1"}))
+    lift, lifter, lifted = lift_in_background(lab)
+    assert "lifting" in etcd.get_json(KEY)
+    # hv9 failed again: a new leader fences it, while the lift still stands.
     done: dict[str, Any] = {}
     fencer = threading.Thread(target=lambda: done.update(run(lab)), daemon=True)
     fencer.start()
     time.sleep(3)
     assert fencer.is_alive() and not done, "the fence did not wait for the lift"
-    # The lift goes on and ends, as host_fence ends one: entry, record, lease gone.
-    FenceRun({**fencer_options(), "state": "absent", "addresses": [ADDRESS]}, False).run()
-    assert not blocklisted()
-    etcd.delete(KEY)
-    etcd.revoke_lease(lease.id)
+    lift.go.set()  # the lift goes on: its entry and record go, then the fence comes
+    lifter.join(30)
     fencer.join(30)
-    assert done["waited"] >= 3 and done["records"] == [KEY]
+    assert lifted["result"]["unblocklisted"] == [ENTRY], lifted
+    assert done["waited"] >= 3 and done["records"] == [KEY] and done["blocklisted"] == [ENTRY]
     assert blocklisted() and "lifting" not in etcd.get_json(KEY)
 
 
+def test_a_lift_that_runs_out_of_time_puts_the_fence_back(lab, etcd):
+    """With the largest ceph_timeout a lift takes (15 s), it has 5 s of its lease left
+    for its removals: stalled longer, it removes nothing and leaves the fence as it was."""
+    run(lab)
+    held = etcd.get_json(KEY)
+    etcd.put(ALIVE, to_json({"boot_id": "b1"}))
+    lift, lifter, lifted = lift_in_background(lab, ceph_timeout=15.0)
+    time.sleep(6)
+    lift.go.set()
+    lifter.join(30)
+    assert "took longer than the lease allows" in lifted["error"], lifted
+    assert "fence stands again as it was" in lifted["error"]
+    assert blocklisted() and etcd.get_json(KEY) == held
+    # Its lease is revoked: a fence does not wait for the mark it took back.
+    assert run(lab)["waited"] < 2
+
+
+def test_a_lift_that_finds_a_newer_fence_recorded_puts_its_entry_back(lab, etcd):
+    run(lab)
+    etcd.put(ALIVE, to_json({"boot_id": "b1"}))
+    lift, lifter, lifted = lift_in_background(lab)
+    # A fence recorded over the mark (by hand, ignoring it), before the lift's removal.
+    etcd.put(KEY, to_json({**VALUE, "by": "operator", "since": "later"}))
+    lift.go.set()
+    lifter.join(30)
+    assert "a newer fence was recorded" in lifted["error"], lifted
+    assert blocklisted() and etcd.get_json(KEY)["by"] == "operator"
+
+
+def test_a_rerun_puts_back_an_entry_gone_from_a_recorded_fence(lab, etcd):
+    run(lab)
+    # Lifted by hand in Ceph alone: etcd still says fenced (fence_check.yml reports it).
+    FenceRun({**fencer_options(), "state": "absent", "addresses": [ADDRESS]}, False).run()
+    assert not blocklisted()
+    again = run(lab)
+    assert again["blocklisted"] == [ENTRY] and again["records"] == [KEY]
+    assert blocklisted()
+
+
 def test_a_lift_mark_whose_lease_ended_holds_no_fence_back(lab, etcd):
-    """A lift that stalled past its lease may no longer remove anything (it checks its
-    own deadline), so a fence does not wait for it; and a second lift refuses while a
-    live one stands."""
+    """A lift whose lease has ended may no longer remove anything (it stops at its own
+    deadline, as the test above shows), so a fence does not wait for its mark; and a
+    second lift refuses while a live one stands."""
     run(lab)
     held = etcd.get_json(KEY)
     lease = etcd.grant_lease(LIFT_TTL)
@@ -156,19 +229,23 @@ def test_through_ansible_check_mode_changes_nothing_and_bad_input_is_named(lab, 
              for name, options in (
                  ("check", {"records": [record]}),
                  ("no address", {"records": [{"key": KEY, "value": {"by": "me"}}]}),
-                 ("images on a lift", {"state": "absent", "records": [record],
-                                       "images": ["yasco/x"]}),
+                 ("no liveness key", {"state": "absent", "records": [record]}),
+                 ("slow Ceph", {"state": "absent", "ceph_timeout": 20,
+                                "records": [{**record, "alive": ALIVE}]}),
                  ("fence", {"records": [record], "expire": 600}),
-                 ("lift", {"state": "absent", "records": [record]}))]
-    tasks[0]["check_mode"] = True
-    rc, (checked, no_address, images, fenced, stale) = run_playbook(
+                 ("lift", {"state": "absent", "records": [{**record, "alive": ALIVE}]}))]
+    tasks[0].update(check_mode=True, diff=True)
+    rc, (checked, no_address, no_alive, slow, fenced, stale) = run_playbook(
         local_play(*tasks, module_defaults=module_defaults), tmp_path=tmp_path)
     assert rc == 0
     assert checked["changed"] and checked["blocklisted"] == [ENTRY], checked
     assert checked["actions"] == [f"blocklist {ENTRY}", f"record {KEY}"]
+    assert ENTRY not in checked["diff"]["before"] and ENTRY in checked["diff"]["after"]
     assert "records[0] (" + KEY + "): its value names no ceph_addrs" in no_address["msg"]
-    assert "only broken when fencing" in images["msg"]
-    assert fenced["records"] == [KEY] and not fenced.get("failed"), fenced
+    assert "a lift needs the host's liveness key" in no_alive["msg"]
+    assert "ceph_timeout: a lift needs it at most 15 s" in slow["msg"]
+    # The check changed nothing: the fence that followed added the entry itself.
+    assert fenced["blocklisted"] == [ENTRY] and fenced["records"] == [KEY], fenced
     # The lift was given the record without the fence's `since`: not the one in etcd.
     assert stale["failed"] and "the fence changed since it was read" in stale["msg"]
     assert blocklisted()
