@@ -160,6 +160,12 @@ def _addresses(record: Any) -> list[str]:
     return list((record or {}).get("ceph_addrs") or []) if isinstance(record, dict) else []
 
 
+def _listed(cluster, record: Any) -> list[str]:
+    """The blocklist entries of the fence `record` that Ceph has now."""
+    listed = cluster.blocklist()
+    return [e for e in ceph.fence_addresses(_addresses(record)) if e in listed]
+
+
 def _mark(record: Any) -> dict[str, Any] | None:
     """A fence record's lift mark, if it has one."""
     mark = record.get("lifting") if isinstance(record, dict) else None
@@ -322,8 +328,7 @@ class HostFenceRun(FenceRun):
                             f"{etcd.to_json(_unmarked(held))}): a newer fence stands, and "
                             "nothing was lifted")
         if self.check_mode:
-            entries = [e for e in ceph.fence_addresses(_addresses(held))
-                       if e in cluster.blocklist()]
+            entries = _listed(cluster, held)
             self.break_locks(cluster, entries, images, cluster.blocklist(), result)
             self.actions += [f"unblocklist {e}" for e in entries] + [f"delete {key}"]
             result["unblocklisted"] += entries
@@ -347,8 +352,7 @@ class HostFenceRun(FenceRun):
         removed: list[str] = []
         tried: list[str] = []  # a removal that failed may still land
         try:
-            entries = [e for e in ceph.fence_addresses(_addresses(held))
-                       if e in cluster.blocklist()]
+            entries = _listed(cluster, held)
             if images:
                 cluster.wait_for_latest_map()
                 self.break_locks(cluster, entries, images, cluster.blocklist(), result)

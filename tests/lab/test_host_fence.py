@@ -37,12 +37,21 @@ def fencer_options() -> dict[str, Any]:
             "expire": 600.0}
 
 
+def host_fence_params(lab, **options: Any) -> dict[str, Any]:
+    """host_fence's options for hv9's record, as the fencer and the controller."""
+    controller = credentials.EtcdUser(etcd_access.CONTROLLER_ROLE)
+    return {**fencer_options(), **controller.options(lab["etcd_endpoints"]), "timeout": 5.0,
+            "state": "present", "records": [{"key": KEY, "value": VALUE}], **options}
+
+
 def run(lab, **options: Any) -> dict[str, Any]:
     """One host_fence run for hv9's record, as the evacuation and return home run it."""
-    controller = credentials.EtcdUser(etcd_access.CONTROLLER_ROLE)
-    params = {**fencer_options(), **controller.options(lab["etcd_endpoints"]), "timeout": 5.0,
-              "state": "present", "records": [{"key": KEY, "value": VALUE}], **options}
-    return HostFenceRun(params, check_mode=False).run()
+    return HostFenceRun(host_fence_params(lab, **options), check_mode=False).run()
+
+
+def unblocklist() -> None:
+    """hv9's entry lifted in Ceph alone, as ceph_fence lifts it."""
+    FenceRun({**fencer_options(), "state": "absent", "addresses": [ADDRESS]}, False).run()
 
 
 def blocklisted() -> bool:
@@ -55,7 +64,7 @@ def fixture_etcd(lab):
     def clean():
         etcd.delete(KEY)
         etcd.delete(ALIVE)
-        FenceRun({**fencer_options(), "state": "absent", "addresses": [ADDRESS]}, False).run()
+        unblocklist()
 
     with etcd_client(lab["etcd_endpoints"]) as etcd:
         clean()
@@ -74,7 +83,7 @@ def test_a_lift_of_a_fence_read_before_a_newer_one_removes_nothing(lab, etcd):
     # hv9 came back and its fence was lifted; it failed again, and a new leader fenced it
     # anew and started its VMs elsewhere.
     etcd.delete(KEY)
-    FenceRun({**fencer_options(), "state": "absent", "addresses": [ADDRESS]}, False).run()
+    unblocklist()
     again = run(lab)
     assert again["blocklisted"] == [ENTRY] and again["records"] == [KEY]
     newer = etcd.get_json(KEY)
@@ -121,13 +130,11 @@ class StalledLift(HostFenceRun):
 
 def lift_in_background(lab, **options: Any) -> tuple[StalledLift, threading.Thread, dict]:
     """A StalledLift of hv9's fence as it stands, started, and what it ends with."""
-    controller = credentials.EtcdUser(etcd_access.CONTROLLER_ROLE)
     with etcd_client(lab["etcd_endpoints"]) as etcd:
         held = etcd.get_json(KEY)
-    lift = StalledLift({**fencer_options(), **controller.options(lab["etcd_endpoints"]),
-                        "timeout": 5.0, "state": "absent",
-                        "records": [{"key": KEY, "value": held, "alive": ALIVE}], **options},
-                       check_mode=False)
+    lift = StalledLift(host_fence_params(
+        lab, state="absent", records=[{"key": KEY, "value": held, "alive": ALIVE}], **options),
+        check_mode=False)
     ended: dict[str, Any] = {}
 
     def go() -> None:
@@ -193,7 +200,7 @@ def test_a_lift_that_finds_a_newer_fence_recorded_puts_its_entry_back(lab, etcd)
 def test_a_rerun_puts_back_an_entry_gone_from_a_recorded_fence(lab, etcd):
     run(lab)
     # Lifted by hand in Ceph alone: etcd still says fenced (fence_check.yml reports it).
-    FenceRun({**fencer_options(), "state": "absent", "addresses": [ADDRESS]}, False).run()
+    unblocklist()
     assert not blocklisted()
     again = run(lab)
     assert again["blocklisted"] == [ENTRY] and again["records"] == [KEY]
