@@ -61,11 +61,16 @@ FAULTS = ("guest panic", "VM killed", "failed start", "clean reboot", "host cras
           "cut from Ceph")
 # The faults the agents' restarts in place act on: run with the reconciler alone too.
 IN_PLACE = ("VM killed", "failed start")
+# Seconds within which the agents and the reconciler count a VM's restarts (one is
+# allowed): each run is a VM's first failure in its window, so a canary waits out
+# WINDOW from its last fault before its next one.
+WINDOW = 20
 # Each mode: the watcher's settings, the agents' (lab.restart_agent), and its faults.
 MODES = {
-    "reconciler": ({}, {"storage_probe": True, "restart_window": 20}, FAULTS),
+    "reconciler": ({}, {"storage_probe": True, "restart_window": WINDOW}, FAULTS),
     "no agent restarts": ({}, {"storage_probe": True, "restart_in_place": 0}, IN_PLACE),
-    "baseline": ({"yasco_reconcile_interval": 0}, {"storage_probe": False}, FAULTS),
+    "baseline": ({"yasco_reconcile_interval": 0},
+                 {"storage_probe": False, "restart_in_place": 0}, FAULTS),
 }
 HOSTS = ("hv1", "hv2", "hv3")
 
@@ -226,12 +231,13 @@ def main() -> None:
                             {n: {"ha": True, "home": homes[n]} for n in names}, 8192)
         playbook("plan", inv)
         playbook("provision", inv)
+        last_fault: dict[str, float] = {}  # monotonic
         try:
             settle(inv, names, homes)
             for mode, (settings, agents, its_faults) in MODES.items():
-                # Restarts counted within 20 s only: each run is a first failure.
+                # Restarts counted within WINDOW only: each run is a first failure.
                 (inv / "group_vars" / "all" / "bench.yml").write_text(yaml.safe_dump(
-                    {"yasco_recovery": {"window": 20}, **settings}))
+                    {"yasco_recovery": {"window": WINDOW}, **settings}))
                 restart_agents(agents)
                 watcher = watch(inv, Path(scratch) / f"{mode.replace(' ', '-')}.log")
                 try:
@@ -239,13 +245,14 @@ def main() -> None:
                     for fault in (f for f in faults if f in its_faults):
                         for index in range(runs):
                             name = names[index % len(names)]
+                            time.sleep(max(0.0, last_fault.get(name, 0) + WINDOW + 1
+                                           - time.monotonic()))
+                            last_fault[name] = time.monotonic()
                             took = one_run(fault, name, args.give_up)
                             results[mode][fault].append(took)
                             print(f"{mode}: {fault} of {name}: "
                                   f"{'never' if took is None else f'{took:.1f} s'}",
                                   flush=True)
-                            # Three canaries in turn: a run's VM last failed more
-                            # than the 20 s restart window ago.
                             settle(inv, names, homes)
                 finally:
                     stop(watcher)
