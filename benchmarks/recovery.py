@@ -63,7 +63,7 @@ FAULTS = ("guest panic", "VM killed", "failed start", "clean reboot", "host cras
 IN_PLACE = ("VM killed", "failed start")
 # Seconds within which the agents and the reconciler count a VM's restarts (one is
 # allowed): each run is a VM's first failure in its window, so a canary waits out
-# WINDOW from its last fault before its next one.
+# WINDOW from its last recovery (its last restart) before its next fault.
 WINDOW = 20
 # Each mode: the watcher's settings, the agents' (lab.restart_agent), and its faults.
 MODES = {
@@ -231,7 +231,7 @@ def main() -> None:
                             {n: {"ha": True, "home": homes[n]} for n in names}, 8192)
         playbook("plan", inv)
         playbook("provision", inv)
-        last_fault: dict[str, float] = {}  # monotonic
+        recovered: dict[str, float] = {}  # monotonic: when each canary last came back
         try:
             settle(inv, names, homes)
             for mode, (settings, agents, its_faults) in MODES.items():
@@ -245,10 +245,10 @@ def main() -> None:
                     for fault in (f for f in faults if f in its_faults):
                         for index in range(runs):
                             name = names[index % len(names)]
-                            time.sleep(max(0.0, last_fault.get(name, 0) + WINDOW + 1
+                            time.sleep(max(0.0, recovered.get(name, 0) + WINDOW + 1
                                            - time.monotonic()))
-                            last_fault[name] = time.monotonic()
                             took = one_run(fault, name, args.give_up)
+                            recovered[name] = time.monotonic()
                             results[mode][fault].append(took)
                             print(f"{mode}: {fault} of {name}: "
                                   f"{'never' if took is None else f'{took:.1f} s'}",

@@ -61,11 +61,11 @@ from vdm_families import Family, families, large  # noqa: E402
 
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check  # noqa: E402
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (  # noqa: E402
-    Problem, load_problem)
+    Plan, Problem, load_problem)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planted import (  # noqa: E402
     Planted, planted)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (  # noqa: E402
-    Plan, VdmInfeasible, VdmNotFound, plan)
+    VdmInfeasible, VdmNotFound, plan)
 
 RESOURCES = ("vcpus", "memory_mb")
 

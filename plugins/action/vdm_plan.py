@@ -23,9 +23,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils import (
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd_quorum import quorum_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
-    VdmInputError, headline, load_problem, problem_digest)
+    OBJECTIVES, VdmInputError, headline, load_problem, problem_digest)
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
-    OBJECTIVES, VdmInfeasible, VdmNotFound, np, plan)
+    VdmInfeasible, VdmNotFound, np, plan)
 
 ARGUMENT_SPEC = {
     "group": {"type": "str", "default": "yasco_hypervisors"},

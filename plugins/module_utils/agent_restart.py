@@ -47,8 +47,8 @@ from typing import Any, Callable
 from ansible_collections.yasco.cluster.plugins.module_utils import (
     ceph, cluster_events, etcd_keys)
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    EtcdClient, EtcdError, json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, EtcdError
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import json_or_none, to_json
 
 LOG = logging.getLogger("yasco-agent")
 # libvirt's VIR_DOMAIN_EVENT_STOPPED details that are a failure of the VM's, and how

@@ -18,6 +18,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import ceph, cluster_events, etcd
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import CephError
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, KeyValue
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
 
 # A host's fence is two things changed together: its entries in Ceph's blocklist and
 # its record in etcd (fences/<host>). Ceph knows nothing of etcd's revisions, so a run
@@ -274,7 +275,7 @@ class HostFenceRun(FenceRun):
                 value = {**_unmarked(r["value"]), "since": stamp}
                 if kept:
                     value["ceph_addrs"] = _addresses(r["value"]) + kept
-                if store.put_if(r["key"], etcd.to_json(value),
+                if store.put_if(r["key"], to_json(value),
                                 mod_revision=old.mod_revision if old else 0).succeeded:
                     self.actions.append(f"record {r['key']}")
                     result["records"].append(r["key"])
@@ -325,7 +326,7 @@ class HostFenceRun(FenceRun):
                             f"{mark.get('since')}); nothing was lifted")
         if _unmarked(held) != _unmarked(record["value"]):
             raise CephError(f"{key}: the fence changed since it was read (it now says "
-                            f"{etcd.to_json(_unmarked(held))}): a newer fence stands, and "
+                            f"{to_json(_unmarked(held))}): a newer fence stands, and "
                             "nothing was lifted")
         if self.check_mode:
             entries = _listed(cluster, held)
@@ -335,7 +336,7 @@ class HostFenceRun(FenceRun):
             return
         started = time.monotonic()
         lease = store.grant_lease(LIFT_TTL)
-        marked = store.put_if(key, etcd.to_json({**_unmarked(held), "lifting": {
+        marked = store.put_if(key, to_json({**_unmarked(held), "lifting": {
             "lease": lease.id, "since": cluster_events.timestamp()}}),
             mod_revision=found.mod_revision, while_exists=record["alive"])
         if not marked.succeeded:
@@ -395,7 +396,7 @@ class HostFenceRun(FenceRun):
         """Put back a lift that could not finish: its record unmarked and, if that
         write wins, the entries it tried to remove (removals that all landed while its
         lease lived, so before any newer fence). Then end its lease."""
-        if store.put_if(key, etcd.to_json(_unmarked(held)), mod_revision=revision).succeeded \
+        if store.put_if(key, to_json(_unmarked(held)), mod_revision=revision).succeeded \
                 and tried:
             cluster.blocklist_add_all(tried, self.params["expire"])
             cluster.wait_for_latest_map()

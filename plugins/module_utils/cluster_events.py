@@ -17,7 +17,8 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    EtcdClient, EtcdError, from_json, to_json)
+    EtcdClient, EtcdError, from_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
 
 # Kinds the collection writes; others are accepted, for operators' own notes.
 KINDS = ("provisioned", "started", "migrated", "removed", "fenced", "unfenced",

@@ -49,6 +49,8 @@ else:
     # Only urllib3 2 tells a name that does not resolve from a refused connection.
     _NAME_RESOLUTION = getattr(urllib3.exceptions, "NameResolutionError", ())
 
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
+
 DEFAULT_TIMEOUT = 5.0
 # Connecting to a member on the cluster's network takes milliseconds; one that does
 # not accept in a second is down (a dead host's address can take seconds to fail),
@@ -202,21 +204,6 @@ _CA_ADVICE = ("check that ca_cert (yasco_etcd_ca_cert) is the CA that signed etc
 _TLS_ADVICE = ("check ca_cert, client_cert and client_key (yasco_etcd_ca_cert, "
                "yasco_etcd_client_cert, yasco_etcd_client_key) and the endpoint's scheme")
 _CREDENTIALS = "username and password (yasco_etcd_username, yasco_etcd_password)"
-
-
-def to_json(data: Any) -> str:
-    """The JSON form of a record: compact with sorted keys, so that equal records are
-    equal strings and an unchanged record is not rewritten."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
-def json_or_none(value: str) -> Any:
-    """`value` parsed as JSON, or None when it is not: for readers that must go on
-    past a record someone else wrote (the agent, the watcher)."""
-    try:
-        return json.loads(value)
-    except ValueError:
-        return None
 
 
 def from_json(value: str, key: str) -> Any:

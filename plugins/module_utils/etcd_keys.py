@@ -25,10 +25,13 @@ writes each key, which are bound to a lease and which change only by compare-and
 
 Pure Python, no I/O: the modules, the inventory plugin, the agent and the event
 source build and read keys with these functions, so a key's name changes in one place.
+Records are JSON, written by `to_json` and read by `json_or_none` (or the client's
+`from_json`, which fails on what is not JSON).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple
 
 ROOT = "/yasco/"
@@ -242,3 +245,18 @@ def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
             and all(digit in "0123456789" for digit in parts[1])):
         return ParsedKey("history")
     return None
+
+
+def to_json(data: Any) -> str:
+    """The JSON form of a record: compact with sorted keys, so that equal records are
+    equal strings and an unchanged record is not rewritten."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def json_or_none(value: str) -> Any:
+    """`value` parsed as JSON, or None when it is not: for readers that must go on
+    past a record someone else wrote (the agent, the watcher)."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None

@@ -60,7 +60,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils import (
     agent_restart, cluster_events, etcd_keys, hw_watchdog, metrics, storage_probe)
 from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    EtcdClient, EtcdError, NoSpace, json_or_none, to_json)
+    EtcdClient, EtcdError, NoSpace)
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import json_or_none, to_json
 
 VERSION = "0.2.0"
 LOG = logging.getLogger("yasco-agent")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import json_or_none
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import json_or_none
 from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import ACTIVE
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")

@@ -13,9 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
-    Problem, failure_set_key, problem_digest)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
-    DEFAULT_OBJECTIVE, Plan, amount)
+    DEFAULT_OBJECTIVE, Plan, Problem, amount, failure_set_key, problem_digest)
 
 # Everything but the version: a map whose content changes gets a new version.
 CONTENT_KEYS = ("digest", "objective", "failures_to_tolerate", "failure_domains_to_tolerate",
@@ -24,7 +22,7 @@ SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
 
 
 def objective_of(vdm: dict[str, Any]) -> str:
-    """What the map was planned to do best (vdm_planner.OBJECTIVES)."""
+    """What the map was planned to do best (vdm_model.OBJECTIVES)."""
     return vdm.get("objective", DEFAULT_OBJECTIVE)
 
 

@@ -105,6 +105,37 @@ class Problem:
     failure_sets: tuple[frozenset[str], ...] = field(default=())
 
 
+# What a plan may be asked to do best once it holds: keep the greedy plan and its
+# balanced spare, or stop the fewest preemptible VMs over all failure sets.
+DEFAULT_OBJECTIVE = "balance"
+OBJECTIVES = (DEFAULT_OBJECTIVE, "preemptions")
+
+
+@dataclass
+class Plan:
+    """A VDM as the planner answers it: homes, failover targets per failure set (by
+    failure_set_key), the preemptible VMs each failure set stops, and the spare each
+    host reserves."""
+
+    home: dict[str, str]
+    failover: dict[str, dict[str, str]]
+    preempt: dict[str, list[str]]
+    reserve: dict[str, dict[str, float]]
+    moved: list[str] = field(default_factory=list)  # VMs whose previous home changed
+    method: str = "greedy"  # or "exact" or "repair": the search that found it
+    objective: str = DEFAULT_OBJECTIVE  # what it was asked to do best (OBJECTIVES)
+
+    @property
+    def preemptions(self) -> int:
+        """How many preemptible VMs the plan stops, summed over the failure sets."""
+        return sum(len(names) for names in self.preempt.values())
+
+
+def amount(value: float) -> float | int:
+    """A resource amount as written in the VDM and in messages: whole when it is."""
+    return int(round(value)) if abs(value - round(value)) < 1e-6 else round(value, 3)
+
+
 def failure_set_key(failed: frozenset[str] | set[str]) -> str:
     """How a failure set is written in the VDM: host names sorted and joined by ','."""
     return ",".join(sorted(failed))

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 
 try:
     import numpy as np
@@ -41,7 +40,7 @@ except ImportError:  # reported by the caller through missing_required_lib
 
 from ansible_collections.yasco.cluster.plugins.module_utils import vdm_solver
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
-    RESOURCES, Problem, Vm, failure_set_key)
+    DEFAULT_OBJECTIVE, OBJECTIVES, RESOURCES, Plan, Problem, Vm, amount, failure_set_key)
 
 _EPSILON = 1e-6
 _UNITS = {"vcpus": "vCPUs", "memory_mb": "MB memory", "net_mbps": "Mbps network"}
@@ -53,10 +52,6 @@ _STABLE_SHARE = vdm_solver.STABLE_SHARE
 # Where the greedy search fails, the share of the time limit in which the exact search
 # must find a first plan before the repair takes over.
 _EXACT_SHARE = 0.25
-# What a plan may be asked to do best once it holds: keep the greedy plan and its
-# balanced spare, or stop the fewest preemptible VMs over all failure sets.
-DEFAULT_OBJECTIVE = "balance"
-OBJECTIVES = (DEFAULT_OBJECTIVE, "preemptions")
 _WHAT_HELPS = ("add or enlarge hypervisors, lower yasco_failures_to_tolerate, or make "
                "some VMs plain (ha: false) or preemptible")
 
@@ -69,27 +64,6 @@ class VdmNotFound(Exception):
     """No plan was found, and none was proved impossible: the message says what the
     greedy planner could not place, why the exact search stopped, and what would most
     likely make the cluster fit."""
-
-
-@dataclass
-class Plan:
-    home: dict[str, str]
-    failover: dict[str, dict[str, str]]
-    preempt: dict[str, list[str]]
-    reserve: dict[str, dict[str, float]]
-    moved: list[str] = field(default_factory=list)  # VMs whose previous home changed
-    method: str = "greedy"  # or "exact" or "repair": the search that found it
-    objective: str = DEFAULT_OBJECTIVE  # what it was asked to do best (OBJECTIVES)
-
-    @property
-    def preemptions(self) -> int:
-        """How many preemptible VMs the plan stops, summed over the failure sets."""
-        return sum(len(names) for names in self.preempt.values())
-
-
-def amount(value: float) -> float | int:
-    """A resource amount as written in the VDM and in messages: whole when it is."""
-    return int(round(value)) if abs(value - round(value)) < _EPSILON else round(value, 3)
 
 
 class _State:

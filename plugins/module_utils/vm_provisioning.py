@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys, vm_records
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import json_or_none
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import json_or_none
 from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import ON_CRASH
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import problems_text, vm_field
 

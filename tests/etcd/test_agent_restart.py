@@ -15,7 +15,7 @@ import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils import (
     agent_restart, cluster_events, etcd_keys)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
 from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
     Agent, AgentConfig)
 

@@ -23,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.yasco.cluster.plugins.module_utils import (
     cluster_events, etcd_keys, host_states, metrics)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
 from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
     Agent, AgentConfig, ConfigError, _start_libvirt_event_loop)
 

@@ -18,7 +18,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access, 
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import CephError
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph_fencing import (
     LIFT_TTL, FenceInfo, FenceRun, HostFenceRun)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
 from yasco_lab import credentials, layout
 from yasco_lab.credentials import etcd_client
 

@@ -278,7 +278,8 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
 from ansible_collections.yasco.cluster.plugins.module_utils import metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
-    NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, WatchEvent, json_or_none, to_json)
+    NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, WatchEvent)
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import json_or_none, to_json
 from ansible_collections.yasco.cluster.plugins.module_utils.host_states import (
     HostStates, agent_ttl)
 # The reconciler imports nothing but the standard library: the decision environment
