@@ -4,8 +4,8 @@ The canary is built locally from what the lab host already has installed - the
 Debian kernel in /boot, its virtio modules and the static busybox - so the lab
 needs no image downloads. It boots the kernel's own ELF through its PVH entry
 (:func:`boot_kernel`): under emulation that saves the bzImage's decompressor, 2 to
-3 s that every recovery benchmark would otherwise count.  Its ``/init`` writes a numbered record every
-``WRITE_INTERVAL`` (0.4 s, plus the write) into a ring at the start of its disk (``/dev/vda``).  The storage side reads
+3 s that every recovery benchmark would otherwise count.  Its ``/init`` writes a
+numbered record every ``WRITE_INTERVAL`` (0.4 s, plus the write) into a ring at the start of its disk (``/dev/vda``).  The storage side reads
 that ring back (:func:`parse_records`) to check that writes kept flowing through
 a failover and that only one copy of the guest wrote at a time: every boot
 signs its records with its own writer id, and a new boot resumes after the

@@ -18,7 +18,8 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils import ceph, cluster_events, etcd
 from ansible_collections.yasco.cluster.plugins.module_utils.ceph import CephError
 from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, KeyValue
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import (
+    FENCE_LIFT_MARK, fence_stands, to_json)
 
 # A host's fence is two things changed together: its entries in Ceph's blocklist and
 # its record in etcd (fences/<host>). Ceph knows nothing of etcd's revisions, so a run
@@ -145,14 +146,14 @@ class FenceInfo:
 def _unmarked(record: Any) -> Any:
     """A fence record without its lift mark."""
     if isinstance(record, dict):
-        return {k: v for k, v in record.items() if k != "lifting"}
+        return {k: v for k, v in record.items() if k != FENCE_LIFT_MARK}
     return record
 
 
 def _same_fence(found: KeyValue | None, value: Any) -> bool:
     """Whether the record `found` is the fence `value` describes, written before."""
     held = found.json() if found else None
-    return (isinstance(held, dict) and isinstance(value, dict) and "lifting" not in held
+    return (fence_stands(held) and isinstance(value, dict)
             and {k: v for k, v in held.items() if k != "since"}
             == {k: v for k, v in _unmarked(value).items() if k != "since"})
 
@@ -169,7 +170,7 @@ def _listed(cluster, record: Any) -> list[str]:
 
 def _mark(record: Any) -> dict[str, Any] | None:
     """A fence record's lift mark, if it has one."""
-    mark = record.get("lifting") if isinstance(record, dict) else None
+    mark = record.get(FENCE_LIFT_MARK) if isinstance(record, dict) else None
     return mark if isinstance(mark, dict) else None
 
 
@@ -336,7 +337,7 @@ class HostFenceRun(FenceRun):
             return
         started = time.monotonic()
         lease = store.grant_lease(LIFT_TTL)
-        marked = store.put_if(key, to_json({**_unmarked(held), "lifting": {
+        marked = store.put_if(key, to_json({**_unmarked(held), FENCE_LIFT_MARK: {
             "lease": lease.id, "since": cluster_events.timestamp()}}),
             mod_revision=found.mod_revision, while_exists=record["alive"])
         if not marked.succeeded:

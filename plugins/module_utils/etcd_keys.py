@@ -260,3 +260,15 @@ def json_or_none(value: str) -> Any:
         return json.loads(value)
     except ValueError:
         return None
+
+
+# A fence record (fences/<host>) being lifted carries the lift's mark under this field
+# (ceph_fencing.HostFenceRun): from then on it fences nothing, though it still stands
+# until the lift deletes it.
+FENCE_LIFT_MARK = "lifting"
+
+
+def fence_stands(record: Any) -> bool:
+    """Whether a fence record's value, parsed, fences its host: one being lifted
+    does not."""
+    return isinstance(record, dict) and FENCE_LIFT_MARK not in record

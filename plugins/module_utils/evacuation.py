@@ -106,8 +106,8 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         # Those with no fence recorded yet: the ones a power fence is for (a host
         # evacuated earlier and still down may be off for repair, its BMC with it).
         # A fence being lifted (its lift may have stopped half-way) is no fence.
-        "unfenced": [h for h in failed if not (hosts.get(h) or {}).get("fence")
-                     or "lifting" in (hosts.get(h) or {})["fence"]],
+        "unfenced": [h for h in failed
+                     if not etcd_keys.fence_stands((hosts.get(h) or {}).get("fence"))],
         "fence_records": [{"key": etcd_keys.fence_key(h, cluster=cluster),
                            "value": {"by": "evacuate", "method": "ceph-blocklist",
                                      "ceph_addrs": ceph_addrs(hosts.get(h, {})),

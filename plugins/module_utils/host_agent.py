@@ -1121,8 +1121,7 @@ def _is_active(dom) -> bool:
 def _fence_stands(found) -> bool:
     """Whether a fence record `found` says the host is fenced: one being lifted (a
     return home of an earlier failure under way) is not this failure's fence."""
-    record = json_or_none(found.value) if found is not None else None
-    return isinstance(record, dict) and "lifting" not in record
+    return found is not None and etcd_keys.fence_stands(json_or_none(found.value))
 
 
 def _by_agent(value: str) -> bool:

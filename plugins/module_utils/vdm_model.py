@@ -105,6 +105,8 @@ class Problem:
     failure_sets: tuple[frozenset[str], ...] = field(default=())
 
 
+# Resource amounts closer than this are equal: an amount this close to whole is whole.
+EPSILON = 1e-6
 # What a plan may be asked to do best once it holds: keep the greedy plan and its
 # balanced spare, or stop the fewest preemptible VMs over all failure sets.
 DEFAULT_OBJECTIVE = "balance"
@@ -133,7 +135,7 @@ class Plan:
 
 def amount(value: float) -> float | int:
     """A resource amount as written in the VDM and in messages: whole when it is."""
-    return int(round(value)) if abs(value - round(value)) < 1e-6 else round(value, 3)
+    return int(round(value)) if abs(value - round(value)) < EPSILON else round(value, 3)
 
 
 def failure_set_key(failed: frozenset[str] | set[str]) -> str:

@@ -40,9 +40,9 @@ except ImportError:  # reported by the caller through missing_required_lib
 
 from ansible_collections.yasco.cluster.plugins.module_utils import vdm_solver
 from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
-    DEFAULT_OBJECTIVE, OBJECTIVES, RESOURCES, Plan, Problem, Vm, amount, failure_set_key)
+    DEFAULT_OBJECTIVE, EPSILON, OBJECTIVES, RESOURCES, Plan, Problem, Vm, amount,
+    failure_set_key)
 
-_EPSILON = 1e-6
 _UNITS = {"vcpus": "vCPUs", "memory_mb": "MB memory", "net_mbps": "Mbps network"}
 _BRANCHES = 3  # runners-up tried at each link of a chain before giving up
 _EVICTION_HOMES = 4  # hosts on which a VM that fits nowhere tries to make room
@@ -149,7 +149,7 @@ class _State:
         usable = candidates & covers.any(axis=0)
         worst = np.where(covers[:, :, None], self.load[remaining], -np.inf).max(axis=0)
         room = self.cap - self.firm - worst - d
-        fits = usable & (room >= -_EPSILON).all(axis=1)
+        fits = usable & (room >= -EPSILON).all(axis=1)
         for label in vm.anti_affinity:
             fits &= ~self._label_clash(label, remaining, covers)
         if not fits.any():
@@ -197,7 +197,7 @@ class _State:
                     "(check its hosts/placement)")
         best = int(np.argmax(np.where(usable[:, None], room, -np.inf).min(axis=1)))
         short = [f"{amount(-room[best, i])} {_UNITS[r]}"
-                 for i, r in enumerate(self.resources) if room[best, i] < -_EPSILON]
+                 for i, r in enumerate(self.resources) if room[best, i] < -EPSILON]
         if not short:
             return (f"when {first} fails every host it may go to already holds a VM "
                     f"sharing one of its anti-affinity labels {sorted(vm.anti_affinity)}")
@@ -255,9 +255,9 @@ class _State:
         if not vm.preemptible:
             room = np.minimum(room, self.cap[j] - self.firm[j] - self.peak[j] - d)
         short = [f"{amount(-room[i])} {_UNITS[r]}" for i, r in enumerate(self.resources)
-                 if room[i] < -_EPSILON]
+                 if room[i] < -EPSILON]
         spare = [f"{amount(self.peak[j, i])} {_UNITS[r]}"
-                 for i, r in enumerate(self.resources) if self.peak[j, i] > _EPSILON]
+                 for i, r in enumerate(self.resources) if self.peak[j, i] > EPSILON]
         kept = f", counting the {' and '.join(spare)} it keeps spare" if spare else ""
         return f"{self.names[j]} is {' and '.join(short)} short{kept}"
 
@@ -269,7 +269,7 @@ class _State:
             return f"it is pinned to {vm.home}"
         if self.home_clash(vm, j):
             return f"on {self.names[j]} it would share an anti-affinity label"
-        if self.home_room(vm, d)[j] < -_EPSILON:
+        if self.home_room(vm, d)[j] < -EPSILON:
             return self._home_shortfall(vm, j, d)
         chain = []
         if vm.ha:
@@ -295,7 +295,7 @@ class _State:
             if not taken.any():
                 continue
             sets = remaining[taken]
-            if (self.load[sets, t] + d > self.cap[t] - self.firm[t] + _EPSILON).any():
+            if (self.load[sets, t] + d > self.cap[t] - self.firm[t] + EPSILON).any():
                 return None
             if any(self._label_clash(label, remaining, covers)[t] for label in vm.anti_affinity):
                 return None
@@ -355,21 +355,21 @@ def _check_totals(problem: Problem) -> None:
     margins = list(_demand_on_survivors(problem))
     everything = {r: (need, have) for dummy, r, dummy, dummy, need, have in margins}
     short = [f"{amount(need - have)} {_UNITS[r]}" for r, (need, have) in everything.items()
-             if need > have + _EPSILON]
+             if need > have + EPSILON]
     if short:
         raise VdmInfeasible(f"the VMs need more than all hypervisors have: "
                             f"{' and '.join(short)} short; " + _WHAT_HELPS)
     # Report the worst failure set: covering it is what the operator must fix.
     by_set: dict[frozenset[str], tuple[list[str], list[str], float]] = {}
     for failed, r, need, have, dummy, total in margins:
-        if need - have > _EPSILON:
+        if need - have > EPSILON:
             short, needs, score = by_set.setdefault(failed, ([], [], 0.0))
             short.append(f"{amount(need - have)} {_UNITS[r]}")
             needs.append(f"{amount(need)} of {amount(have)} {_UNITS[r]}")
             by_set[failed] = (short, needs, max(score, (need - have) / total))
     worst = None
     for failed in problem.failure_sets:
-        if failed in by_set and (worst is None or by_set[failed][2] > worst[3] + _EPSILON):
+        if failed in by_set and (worst is None or by_set[failed][2] > worst[3] + EPSILON):
             worst = (failure_set_key(failed), *by_set[failed])
     if worst:
         key, short, needs, dummy = worst
@@ -458,7 +458,7 @@ def _move_off(state: _State, vm: Vm, fullest: int, share: float) -> bool:
     for j in state.best_homes(vm, d):
         if j == fullest or state.try_home(vm, d, j) is not None:
             continue
-        if state.balance().max() < share - _EPSILON:
+        if state.balance().max() < share - EPSILON:
             return True
         state.remove(vm, d)
     state.place(vm, fullest, d, chain)  # exactly as it was
@@ -491,7 +491,7 @@ def _preemptions(state: _State, problem: Problem) -> dict[str, list[str]]:
                 stopped.append(vm)
                 over -= state.demand(vm)
         for vm in by_host[t]:
-            if (over <= _EPSILON).all():
+            if (over <= EPSILON).all():
                 break
             if vm not in stopped:
                 stopped.append(vm)
@@ -731,7 +731,7 @@ def _likeliest_fix(problem: Problem) -> str:
     leaves the least room, by the same count as the infeasibility certificate."""
     tightest = None
     for failed, r, need, have, dummy, dummy in _demand_on_survivors(problem):
-        share = (have - need) / max(have, _EPSILON)
+        share = (have - need) / max(have, EPSILON)
         if tightest is None or share < tightest[0]:
             tightest = (share, failure_set_key(failed), r, have - need)
     if tightest is None:
