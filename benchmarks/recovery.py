@@ -23,7 +23,10 @@ canary or host in turn:
   answering, healed afterwards; the baseline's agents run without their storage probe
   (as they were before it), for every fault of its mode.
 Each time is from the fault to the canary's first write from its new copy (read on
-its RBD disk). The baseline's runs that never recover are given up after
+its RBD disk); beside it, for the reconciler's runs, from the fault to that copy's
+QEMU starting (libvirt's log on the host it runs on): what YASCO takes, the rest being
+the guest's boot. That boot is measured alone too, in the same run: the canary booted
+in a bare QEMU beside the lab, to its first write on a local disk. The baseline's runs that never recover are given up after
 --give-up seconds and reported as "never"; the VM is then started by hand
 (`recover_vm.yml`, as an operator would) before the next run.
 """
@@ -31,6 +34,7 @@ its RBD disk). The baseline's runs that never recover are given up after
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -51,7 +55,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
 from failover import clean_up, playbook  # noqa: E402
 from provision import lab_inventory, lab_status  # noqa: E402
-from yasco_lab import hypervisor, layout, storage  # noqa: E402
+from yasco_lab import canary, hypervisor, layout, storage  # noqa: E402
 from yasco_lab import lab as lab_verbs  # noqa: E402
 from yasco_lab.credentials import etcd_client  # noqa: E402
 from yasco_lab.errors import LabError  # noqa: E402
@@ -104,7 +108,46 @@ def writing_again(name: str, last, give_up: float) -> float | None:
     return found[0]
 
 
-def one_run(fault: str, name: str, give_up: float) -> float | None:
+def qemu_started(name: str) -> float | None:
+    """When the QEMU of the copy of `name` that runs now started, from libvirt's log on
+    its host (the lab's hosts share this machine's clock)."""
+    host = where_running(name)
+    if host is None:
+        return None
+    found = lab_verbs.run_on_host(host, "sh", "-c",
+                                  f"grep 'starting up' /var/log/libvirt/qemu/{name}.log "
+                                  "| tail -1").stdout
+    try:  # 2026-11-29 10:02:23.123+0000: starting up libvirt version ...
+        at = datetime.datetime.strptime(found[:23], "%Y-%m-%d %H:%M:%S.%f")
+    except ValueError:
+        return None
+    return at.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def guest_boot(runs: int) -> list[float | None]:
+    """Seconds from a bare QEMU's start to the canary's first write on a local disk,
+    beside the lab: the guest's share of each recovery."""
+    image = canary.build(layout.canary_dir())
+    took: list[float | None] = []
+    with tempfile.TemporaryDirectory(prefix="yasco-boot-") as scratch:
+        disk = Path(scratch) / "disk"
+        disk.write_bytes(b"\0" * canary.RECORD_SIZE * canary.RING_RECORDS)
+        for dummy in range(runs):
+            started = time.monotonic()
+            proc = subprocess.Popen(canary.qemu_argv(image, disk=disk),
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
+            try:
+                wrote = canary.wait_for_output(proc, "yasco-canary: wrote", 60)
+                took.append(time.monotonic() - started if wrote else None)
+            finally:
+                proc.kill()
+                proc.wait()
+                proc.stdout.close()  # type: ignore[union-attr]
+    return took
+
+
+def one_run(fault: str, name: str, give_up: float) -> tuple[float | None, float | None]:
     host = where_running(name)
     if host is None:
         raise SystemExit(f"{name} runs nowhere before the {fault} run")
@@ -138,7 +181,10 @@ def one_run(fault: str, name: str, give_up: float) -> float | None:
         if fault == "cut from Ceph":
             subprocess.run([str(BIN / "yasco-lab"), "heal", host], check=True,
                            capture_output=True)
-    return None if at is None else at - started
+    if at is None:
+        return None, None
+    qemu = qemu_started(name)
+    return at - started, None if qemu is None or qemu < started else qemu - started
 
 
 def settle(inv: Path, names: list[str], homes: dict[str, str]) -> None:
@@ -226,6 +272,8 @@ def main() -> None:
     homes = {name: HOSTS[i] for i, name in enumerate(names)}
     results: dict[str, dict[str, list[float | None]]] = {
         m: {f: [] for f in faults} for m in MODES}
+    # From the fault to the new copy's QEMU starting, the reconciler's runs.
+    qemu: dict[str, list[float | None]] = {f: [] for f in faults}
     with tempfile.TemporaryDirectory(prefix="yasco-recovery-") as scratch:
         inv = lab_inventory(lab, Path(scratch) / "inventory",
                             {n: {"ha": True, "home": homes[n]} for n in names}, 8192)
@@ -247,15 +295,18 @@ def main() -> None:
                             name = names[index % len(names)]
                             time.sleep(max(0.0, recovered.get(name, 0) + WINDOW + 1
                                            - time.monotonic()))
-                            took = one_run(fault, name, args.give_up)
+                            took, vm_started = one_run(fault, name, args.give_up)
                             recovered[name] = time.monotonic()
                             results[mode][fault].append(took)
+                            if mode == "reconciler":
+                                qemu[fault].append(vm_started)
                             print(f"{mode}: {fault} of {name}: "
                                   f"{'never' if took is None else f'{took:.1f} s'}",
                                   flush=True)
                             settle(inv, names, homes)
                 finally:
                     stop(watcher)
+            boots = guest_boot(args.runs)
         finally:
             restart_agents({"storage_probe": True})
             clean_up(inv, names)
@@ -263,12 +314,17 @@ def main() -> None:
           f"(min-max) of {args.runs} runs with the reconciler and the agents' restarts in "
           f"place, {args.runs} with the reconciler alone (agents restart nothing), and "
           f"{args.baseline_runs} without either (the watcher before the reconciler: host "
-          f"failures only), 'never' when nothing within {args.give_up:g} s; agent ttl "
-          f"{hypervisor.AGENT_TTL:g} s, TCG guests on a 2-core machine.")
-    print(f"{'fault':<14} " + " ".join(f"{mode:>22}" for mode in MODES))
+          f"failures only), 'never' when nothing within {args.give_up:g} s; and, for the "
+          f"reconciler's runs, from the fault to the new copy's QEMU starting, the rest "
+          f"being the guest's boot; agent ttl {hypervisor.AGENT_TTL:g} s, TCG guests on a "
+          f"2-core machine.")
+    columns = {"VM started": qemu, **{mode: results[mode] for mode in MODES}}
+    print(f"{'fault':<14} " + " ".join(f"{name:>22}" for name in columns))
     for fault in faults:
-        print(f"{fault:<14} " + " ".join(f"{spread(results[mode][fault]):>22}"
-                                         for mode in MODES))
+        print(f"{fault:<14} " + " ".join(f"{spread(column[fault]):>22}"
+                                         for column in columns.values()))
+    print(f"\nThe canary's boot alone, from a bare QEMU's start to its first write, beside "
+          f"the lab: {spread(boots)} s ({len(boots)} boots).")
 
 
 def spread(values: list[float | None]) -> str:

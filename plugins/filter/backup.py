@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vm_backup import (
-    BackupError, selected_vms)
+# Each filter imports its story's module when it runs, not when this file loads:
+# Ansible loads every filter file of the collection, in every task's worker, to find
+# any one filter (docs/architecture.md, "Filters").
 
 
 def vm_disks(status, items, selected):
     """Each selected VM's disks and the host it runs on (see module_utils/vm_backup.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils import vm_backup
     try:
-        return selected_vms(status or {}, items or [], selected)
-    except BackupError as err:
+        return vm_backup.selected_vms(status or {}, items or [], selected)
+    except vm_backup.BackupError as err:
         raise AnsibleFilterError(str(err)) from err
 
 

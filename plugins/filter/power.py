@@ -8,24 +8,27 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.power import (
-    PowerError, cold_start_plan as cold_start, shutdown_fates, shutdown_plan, stale_locks,
-    stopped_records, tier_timeout)
+
+# Each filter imports its story's module when it runs, not when this file loads:
+# Ansible loads every filter file of the collection, in every task's worker, to find
+# any one filter (docs/architecture.md, "Filters").
 
 
 def emergency_shutdown_plan(status, vdm, items, cluster=etcd_keys.DEFAULT_CLUSTER, at=""):
     """Every running VM by tier, lowest first, and the markers to set."""
+    from ansible_collections.yasco.cluster.plugins.module_utils import power
     try:
-        return shutdown_plan(status or {}, vdm or {}, items or [], cluster, str(at))
-    except (PowerError, ValueError) as err:
+        return power.shutdown_plan(status or {}, vdm or {}, items or [], cluster, str(at))
+    except (power.PowerError, ValueError) as err:
         raise AnsibleFilterError(f"cannot plan the emergency shutdown: {err}") from err
 
 
 def emergency_tier_timeout(deadline_at, now, tiers_left, longest=60, reserve=20):
     """Seconds the next tier's guests get to shut down before they are destroyed."""
+    from ansible_collections.yasco.cluster.plugins.module_utils import power
     try:
-        return tier_timeout(float(deadline_at), float(now), int(tiers_left), float(longest),
-                            float(reserve))
+        return power.tier_timeout(float(deadline_at), float(now), int(tiers_left),
+                                  float(longest), float(reserve))
     except (TypeError, ValueError) as err:
         raise AnsibleFilterError(f"emergency_tier_timeout: {err}") from err
 
@@ -33,9 +36,10 @@ def emergency_tier_timeout(deadline_at, now, tiers_left, longest=60, reserve=20)
 def emergency_shutdown_outcome(plan, tier_results):
     """Each VM's fate, and the records of those that are off, from the registered loop
     of the tiers' libvirt_domain batches."""
+    from ansible_collections.yasco.cluster.plugins.module_utils import power
     results = [r for r in (tier_results or {}).get("results") or [] if not r.get("skipped")]
-    fates = shutdown_fates(plan, results)
-    return {"fates": fates, "records": stopped_records(fates, plan),
+    fates = power.shutdown_fates(plan, results)
+    return {"fates": fates, "records": power.stopped_records(fates, plan),
             "not_off": [f for f in fates if not f["ok"]],
             "events": [{"vm": f["vm"], "host": f["host"], "details": {"fate": f["fate"]}}
                        for f in fates],
@@ -44,18 +48,21 @@ def emergency_shutdown_outcome(plan, tier_results):
 
 def cold_start_plan(status, vdm, items, without=None, cluster=etcd_keys.DEFAULT_CLUSTER):
     """What a cold start waits for, lifts, starts by tier and leaves down."""
+    from ansible_collections.yasco.cluster.plugins.module_utils import power
     if isinstance(without, str):
         without = [w.strip() for w in without.split(",") if w.strip()]
     try:
-        return cold_start(status or {}, vdm or {}, items or [], list(without or []), cluster)
-    except (PowerError, ValueError) as err:
+        return power.cold_start_plan(status or {}, vdm or {}, items or [],
+                                     list(without or []), cluster)
+    except (power.PowerError, ValueError) as err:
         raise AnsibleFilterError(f"cannot cold start: {err}") from err
 
 
 def stale_disk_locks(image_results, dead_at=None):
     """The disk locks no live client holds, from a loop of rbd_image_info results;
     those of clients on the addresses `dead_at` too."""
-    return stale_locks((image_results or {}).get("results") or [], list(dead_at or []))
+    from ansible_collections.yasco.cluster.plugins.module_utils import power
+    return power.stale_locks((image_results or {}).get("results") or [], list(dead_at or []))
 
 
 class FilterModule:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import failure_set_key
+# Each filter imports its story's module when it runs, not when this file loads:
+# Ansible loads every filter file of the collection, in every task's worker, to find
+# any one filter (docs/architecture.md, "Filters").
 
 
 def _hosts(failed, name: str) -> list[str]:
@@ -29,10 +30,12 @@ def vdm_failover(vdm, failed):
     if unknown:
         raise AnsibleFilterError(f"vdm_failover: {', '.join(unknown)} is not a hypervisor "
                                  "of this VDM; re-plan if hypervisors were added")
+    from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
     return failover_for(vdm, hosts)
 
 
 def vdm_failure_key(failed):
+    from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import failure_set_key
     return failure_set_key(set(_hosts(failed, "vdm_failure_key")))
 
 

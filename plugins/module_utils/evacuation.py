@@ -208,3 +208,94 @@ def preempt_step(name: str, vm: dict[str, Any], hosts: dict[str, Any],
     return {"vm": name, "host": host,
             "domain": {"name": name, "uri": hosts.get(host, {}).get("uri")},
             "record": vm_records.change(vm, vm_records.PREEMPTED, host, cluster)}
+
+
+def refusals(evacuation: dict[str, Any], status: dict[str, Any],
+             while_disarmed: bool = False) -> list[str]:
+    """Why the evacuation must not go on, before it changes anything, each reason
+    saying what to do: HA disarmed (unless `while_disarmed`), or a failed host that
+    never registered the Ceph addresses its fence needs."""
+    reasons = []
+    disarmed = status.get("ha_disarmed")
+    if disarmed is not None and not while_disarmed:
+        reasons.append(
+            f"HA is disarmed by {disarmed.get('by') or '?'} since "
+            f"{disarmed.get('since') or '?'} ({disarmed.get('reason') or '-'}): not "
+            "evacuating. Re-arm with playbooks/disarm.yml -e yasco_ha_disarmed=false, and "
+            "the watcher evacuates what failed; or run this with "
+            "-e yasco_evacuate_while_disarmed=true.")
+    silent = [f["host"] for f in evacuation.get("fence") or [] if not f["addresses"]]
+    if silent:
+        reasons.append(
+            f"{', '.join(silent)} never registered its Ceph addresses (no "
+            "hosts/<host>/registered in etcd): fence it by hand "
+            "(yasco.cluster.ceph_fence), then run this again.")
+    return reasons
+
+
+def outcome(evacuation: dict[str, Any], started: list[str], fence: dict[str, Any],
+            powered: dict[str, Any], triggered: list[str] | None,
+            times: dict[str, float]) -> dict[str, Any]:
+    """What the evacuation came to, from its plan after the fence (after_fence), the
+    VMs that started, the fence's result (host_fence), the power fencing's
+    (power_fence.outcome; empty without one), the hosts the run was triggered for
+    and its times (`started`, `fenced`, `done`, seconds since the epoch): the VMs
+    started and not, the history's events, the summary's lines and the notification's
+    severity and details."""
+    done = [s for s in evacuation.get("start") or [] if s["vm"] in started]
+    not_started = [s["vm"] for s in evacuation.get("start") or [] if s["vm"] not in started]
+    failed = evacuation.get("failed") or []
+    held = [h["vm"] for h in evacuation.get("held") or []]
+    missing = [m["vm"] for m in evacuation.get("missing") or []]
+    preempted = [p["vm"] for p in evacuation.get("preempt") or []]
+    down = [d["vm"] for d in evacuation.get("down") or []]
+    addresses = [a for f in evacuation.get("fence") or [] for a in f["addresses"]]
+    fenced = bool(fence.get("changed"))
+    # A fence that an earlier run already put up is no news in the history.
+    events = ([e for e in evacuation.get("events") or [] if e["kind"] != "fenced" or fenced]
+              + [{**s["event"], "kind": "evacuated"} for s in done])
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(names) or "-"
+
+    power = f"powered off by their BMCs: {listed(powered.get('powered_off') or [])}"
+    if powered.get("confirmed"):
+        power += f"; confirmed off by the operator: {', '.join(powered['confirmed'])}"
+    if powered.get("errors"):
+        power += (f"; not: {'; '.join(powered['errors'])} (relying on the Ceph fence and "
+                  "the watchdog)")
+    moved = [f"{s['vm']} on {s['to']}" for s in done]
+    seconds = {k: float(times[k]) - float(times["started"])
+               for k in ("fenced", "done") if k in times and "started" in times}
+    lines = [
+        f"failed: {', '.join(failed) or 'none'} "
+        f"({'planned' if evacuation.get('planned', True) else 'beyond the plan: best effort'})",
+        f"fenced: {listed(addresses)}; "
+        f"{len(fence.get('locks_broken') or [])} disk locks broken",
+        power,
+        f"started: {listed(moved)}",
+        f"did not start: {listed(not_started)}",
+        f"already evacuated: {listed(evacuation.get('settled') or [])}",
+        f"held by a live client elsewhere, not started: {listed(held)}",
+        f"disk missing, not started: {listed(missing)}",
+        f"preempted: {listed(preempted)}",
+        f"left down: {listed(down)}",
+        "seconds: " + (", ".join(f"{what} {value:.1f}" for what, value in (
+            ("fenced", seconds.get("fenced")), ("all started", seconds.get("done")))
+            if value is not None) or "-"),
+    ]
+    if triggered is not None and sorted(triggered) != failed:
+        lines.insert(0, f"triggered for {', '.join(triggered) or 'nothing'}, but etcd sees "
+                        f"{', '.join(failed) or 'no failed hypervisor'}: went by etcd")
+    left_down = list(evacuation.get("left_down") or [])
+    return {
+        "done": done, "not_started": not_started, "events": events, "lines": lines,
+        "severity": "critical" if not_started or left_down or missing else "warning",
+        "details": {"failed": failed, "started": {s["vm"]: s["to"] for s in done},
+                    "not_started": not_started, "preempted": preempted,
+                    "powered_off": powered.get("powered_off") or [],
+                    "power_errors": powered.get("errors") or [],
+                    # HA VMs no spare slot was left for, and the others recorded down.
+                    "left_down": left_down, "down": down,
+                    "seconds": seconds.get("done")},
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.yasco.cluster.plugins.filter.provisioning import vm_record_key
+from ansible_collections.yasco.cluster.plugins.filter.keys import vm_record_key
 
 
 def test_a_vm_has_a_record_and_a_requested_state_and_nothing_else():

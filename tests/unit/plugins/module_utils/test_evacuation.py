@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
-    EvacuationError, after_fence, plan)
+    EvacuationError, after_fence, outcome, plan, refusals)
 
 VDM = {
     "version": 3,
@@ -204,3 +204,49 @@ def test_requested_states_are_kept_through_an_evacuation():
     # A VM requested stopped is recorded stopped; an ignored one is left as it is.
     assert [(d["vm"], d["record"]["value"]["state"]) for d in done["down"]] == [
         ("plain", "down"), ("web", "stopped")]
+
+
+def test_an_evacuation_is_refused_while_disarmed_or_when_a_failed_host_has_no_address():
+    cluster = status()
+    done = plan(cluster, VDM, ITEMS)
+    assert refusals(done, cluster) == []
+    cluster["ha_disarmed"] = {"by": "ops", "since": "09:00", "reason": "storage work"}
+    cluster["hypervisors"][0]["registered"] = {}
+    done = plan(cluster, VDM, ITEMS)
+    disarmed, silent = refusals(done, cluster)
+    assert disarmed.startswith("HA is disarmed by ops since 09:00 (storage work): not "
+                               "evacuating. Re-arm with playbooks/disarm.yml")
+    assert silent.startswith("hv1 never registered its Ceph addresses")
+    assert refusals(done, cluster, while_disarmed=True) == [silent]
+
+
+def test_an_outcome_names_what_started_what_did_not_and_why_it_is_critical():
+    done = after_fence(plan(status(), VDM, ITEMS, "c1"),
+                       {"locks_kept": [], "images_missing": []})
+    times = {"started": 100.0, "fenced": 101.5, "done": 103.25}
+    report = outcome(done, ["db"], {"changed": True, "locks_broken": ["yasco/db"]},
+                     {}, ["hv1"], times)
+    assert [s["vm"] for s in report["done"]] == ["db"] and report["not_started"] == ["web"]
+    assert report["severity"] == "critical"
+    assert report["lines"] == [
+        "failed: hv1 (planned)", "fenced: 10.1.0.1; 1 disk locks broken",
+        "powered off by their BMCs: -", "started: db on hv3", "did not start: web",
+        "already evacuated: -", "held by a live client elsewhere, not started: -",
+        "disk missing, not started: -", "preempted: batch", "left down: plain",
+        "seconds: fenced 1.5, all started 3.2"]
+    assert [(e["kind"], e.get("vm"), e["host"]) for e in report["events"]] == [
+        ("fenced", None, "hv1"), ("preempted", "batch", "hv2"), ("evacuated", "db", "hv3")]
+    assert report["details"]["started"] == {"db": "hv3"}
+    assert report["details"]["seconds"] == pytest.approx(3.25)
+
+
+def test_an_outcome_leaves_out_a_fence_an_earlier_run_put_up_and_says_what_etcd_saw():
+    done = after_fence(plan(status(), VDM, ITEMS), {"locks_kept": [], "images_missing": []})
+    powered = {"powered_off": ["hv1"], "confirmed": [], "errors": []}
+    report = outcome(done, ["db", "web"], {"changed": False}, powered, ["hv2"], {})
+    assert report["severity"] == "warning"
+    assert report["lines"][0] == ("triggered for hv2, but etcd sees hv1: went by etcd")
+    assert "powered off by their BMCs: hv1" in report["lines"]
+    assert report["lines"][-1] == "seconds: -"
+    assert "fenced" not in [e["kind"] for e in report["events"]]
+    assert outcome(done, [], {}, {}, None, {})["lines"][0] == "failed: hv1 (planned)"
