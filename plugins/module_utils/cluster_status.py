@@ -73,7 +73,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
     for name, uri in sorted(params["hypervisors"].items()):
         alive = stored.get(etcd_keys.alive_key(name, cluster=cluster))
         ttl = None
-        if alive is not None and alive.lease:
+        if alive is not None and alive.lease and params.get("leases", True):
             lease = etcd.lease_info(alive.lease, keys=False)
             ttl = lease.ttl if lease else None
         marker = stored.get(etcd_keys.maintenance_key(name, cluster=cluster))

@@ -43,6 +43,16 @@ options:
     choices: [libvirt, agents]
     default: libvirt
     version_added: 0.1.0
+  leases:
+    description:
+      - Whether to look up each live hypervisor's lease for the seconds it has left
+        (C(lease_ttl) in RV(hypervisors)), one more etcd request per host.
+      - V(false) reads the whole cluster in one etcd request, each C(lease_ttl) then
+        null. The HA playbooks (evacuation, recovery) do, between a failure and
+        the VMs starting again.
+    type: bool
+    default: true
+    version_added: 0.1.0
   events:
     description: How many of the latest events of the cluster's history to show.
     type: int
@@ -82,7 +92,8 @@ hypervisors:
     registered, such as C(address) and C(ceph_addrs), or null), C(alive),
     C(boot_id) (the boot its agent runs in now, or null when not alive),
     C(watchdog) (the timeout of the hardware watchdog its agent keeps armed, or null),
-    C(lease_ttl), C(fenced), C(fence) (its C(fences/<host>) record, or null),
+    C(lease_ttl) (the seconds its lease has left; null when not alive or when
+    O(leases) is false), C(fenced), C(fence) (its C(fences/<host>) record, or null),
     C(maintenance), C(maintenance_marker) (its marker, which says who set it, or
     null), C(libvirt) (reachable or not) and C(domains).
   returned: success
@@ -148,6 +159,7 @@ def main(module_class=AnsibleModule) -> None:
             domains_from={"type": "str", "default": "libvirt",
                           "choices": ["libvirt", "agents"]},
             connect_timeout={"type": "float", "default": 10.0},
+            leases={"type": "bool", "default": True},
         ),
         supports_check_mode=True,
     )
