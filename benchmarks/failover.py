@@ -43,8 +43,9 @@ BIN = ROOT / ".venv" / "bin"
 sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (  # noqa: E402
+    EtcdClient)
 from provision import lab_inventory, lab_status  # noqa: E402
 from yasco_lab import canary, hypervisor, layout, storage  # noqa: E402
 from yasco_lab.credentials import etcd_client  # noqa: E402

@@ -39,8 +39,9 @@ sys.path.insert(0, str(ROOT / "lab"))
 # pylint: disable=wrong-import-position
 from yasco_lab.watchdog import Watchdog  # noqa: E402
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (  # noqa: E402
+    EtcdClient)
 
 TTL, MARGIN, TIMEOUT = 5.0, 1.5, 3
 

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import (  # noqa: E402
+    libvirt as lv)
 from provision import lab_status  # noqa: E402
 from yasco_lab import storage  # noqa: E402
 from yasco_lab.domain import canary_domain_xml, remove_everywhere  # noqa: E402

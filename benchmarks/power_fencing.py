@@ -32,10 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys  # noqa: E402
 from failover import clean_up, playbook  # noqa: E402
 from provision import lab_inventory, lab_status  # noqa: E402
-from recovery import BIN, HOSTS, settle, spread, stop, watch, where_running, writing_again  # noqa: E402
+from recovery import (  # noqa: E402
+    BIN, HOSTS, settle, spread, stop, watch, where_running, writing_again)
 from yasco_lab import bmc, hypervisor, layout, storage  # noqa: E402
 from yasco_lab import lab as lab_verbs  # noqa: E402
 from yasco_lab.credentials import etcd_client  # noqa: E402

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys  # noqa: E402
 from yasco_lab.credentials import etcd_client  # noqa: E402
 
 

@@ -52,7 +52,7 @@ BIN = ROOT / ".venv" / "bin"
 sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys  # noqa: E402
 from failover import clean_up, playbook  # noqa: E402
 from provision import lab_inventory, lab_status  # noqa: E402
 from yasco_lab import canary, hypervisor, layout, storage  # noqa: E402

@@ -59,12 +59,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collections"))
 from vdm_baselines import ganeti_n1, vsphere_slots  # noqa: E402
 from vdm_families import Family, families, large  # noqa: E402
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check  # noqa: E402
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import (  # noqa: E402
+    check)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (  # noqa: E402
     Plan, Problem, load_problem)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planted import (  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planted import (  # noqa: E402
     Planted, planted)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (  # noqa: E402
     VdmInfeasible, VdmNotFound, plan)
 
 RESOURCES = ("vcpus", "memory_mb")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     RESOURCES, Problem, Vm)
 
 

@@ -66,7 +66,7 @@ COVERAGE = [
     Covered(PLAYBOOK + r"etcd_access\.yml", r'"etcd_access\.yml"',
             ("tests/playbooks/test_etcd_access.py::test_it_prints_the_roles_and_users_for_the_inventorys_hypervisors",)),
     # What etcd_access.yml prints: the test pins the playbook's output to these lines,
-    # and the lab applies the same (yasco_lab through plugins/module_utils/etcd_access.py),
+    # and the lab applies the same (yasco_lab through plugins/module_utils/adapters/etcd_access.py),
     # whose roles the security test checks.
     Covered(r"etcdctl (role|user) (add|grant-permission|grant-role) yasco-agent-hv1( .*)?",
             r"etcd_access",

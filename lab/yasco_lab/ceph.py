@@ -14,7 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ansible_collections.yasco.cluster.plugins.module_utils import agent_restart
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import agent_restart
 
 from . import pki
 from .errors import LabError

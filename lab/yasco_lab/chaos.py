@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from . import demo, etcd, lab, layout, prometheus, storage
 from .credentials import etcd_client

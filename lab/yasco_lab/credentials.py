@@ -2,7 +2,7 @@
 
 etcd runs TLS on client and peer ports, requires a client certificate from the lab's
 CA, and has authentication on, with the users and roles of
-plugins/module_utils/etcd_access.py: one agent user per hypervisor, the watcher, the
+plugins/module_utils/adapters/etcd_access.py: one agent user per hypervisor, the watcher, the
 controller (the playbooks), a reader (the inventory plugin and status) and root.
 Every user has a client certificate of its own and a password in a 0600 file.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 
 from . import pki
 from .layout import HostLayout, pki_dir

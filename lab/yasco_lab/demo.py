@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from . import canary, lab, layout, prometheus, storage
 from .inbox import Inbox

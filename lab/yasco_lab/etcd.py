@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access
 
 from . import credentials
 from .errors import LabError

@@ -16,7 +16,8 @@ import time
 import uuid
 from pathlib import Path
 
-from ansible_collections.yasco.cluster.plugins.module_utils import agent_restart, etcd_access
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import agent_restart
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access
 
 from . import credentials, etcd, pki, prometheus, watchdog
 from .ceph import client_conf, secret_key

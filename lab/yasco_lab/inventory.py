@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access
 
 from . import bmc, credentials, hypervisor, prometheus
 from .layout import (CEPH_FENCE_CLIENT, CEPH_HYPERVISOR_CLIENT, CEPH_MON_PORT, CEPH_POOL,

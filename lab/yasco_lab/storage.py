@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import rados
 import rbd
 
-from ansible_collections.yasco.cluster.plugins.module_utils import ceph
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
 
 from .canary import RECORD_SIZE, RING_RECORDS, Record, parse_records
 from .layout import CEPH_POOL, ceph_conf_path

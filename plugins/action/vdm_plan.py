@@ -18,13 +18,14 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.yasco.cluster.plugins.module_utils import (
-    atomic_file, vdm_document, vdm_what_if)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_quorum import quorum_problem
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import atomic_file
+from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_document, vdm_what_if
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_quorum import (
+    quorum_problem)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     OBJECTIVES, VdmInputError, headline, load_problem, problem_digest)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
     VdmInfeasible, VdmNotFound, np, plan)
 
 ARGUMENT_SPEC = {

@@ -2,7 +2,7 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The options of a batch whose items are independent of each other
-(module_utils/module_run.py, INDEPENDENT_SPEC)."""
+(module_utils/adapters/module_run.py, INDEPENDENT_SPEC)."""
 
 
 class ModuleDocFragment:

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The connection options every Ceph module shares (module_utils/ceph.py)."""
+"""The connection options every Ceph module shares (module_utils/adapters/ceph.py)."""
 
 
 class ModuleDocFragment:

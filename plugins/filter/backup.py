@@ -13,8 +13,8 @@ from ansible.errors import AnsibleFilterError
 
 
 def vm_disks(status, items, selected):
-    """Each selected VM's disks and the host it runs on (see module_utils/vm_backup.py)."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import vm_backup
+    """Each selected VM's disks and the host it runs on (see module_utils/stories/vm_backup.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import vm_backup
     try:
         return vm_backup.selected_vms(status or {}, items or [], selected)
     except vm_backup.BackupError as err:

@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The filters of playbooks/evacuate.yml (module_utils/evacuation.py): what to fence,
+"""The filters of playbooks/evacuate.yml (module_utils/stories/evacuation.py): what to fence,
 stop and start, what the fence and the BMCs left to start, and what came of it."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 # Each filter imports its story's module when it runs, not when this file loads:
 # Ansible loads every filter file of the collection, in every task's worker, to find
@@ -16,8 +16,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
 
 def evacuation_plan(status, vdm, items, cluster=etcd_keys.DEFAULT_CLUSTER):
-    """The evacuation of every failed hypervisor (see module_utils/evacuation.py)."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import evacuation
+    """The evacuation of every failed hypervisor (see module_utils/stories/evacuation.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import evacuation
     try:
         return evacuation.plan(status or {}, vdm or {}, items or [], cluster)
     except (evacuation.EvacuationError, ValueError) as err:
@@ -27,19 +27,20 @@ def evacuation_plan(status, vdm, items, cluster=etcd_keys.DEFAULT_CLUSTER):
 def evacuation_refusals(evacuation, status, while_disarmed=False):
     """Why the evacuation must not go on, each reason with what to do; none when it
     may."""
-    from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import refusals
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import refusals
     return refusals(evacuation or {}, status or {}, bool(while_disarmed))
 
 
 def evacuation_fenced(evacuation, fence_result):
     """The evacuation less the VMs the fence says must not start."""
-    from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import after_fence
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
+        after_fence)
     return after_fence(evacuation or {"start": []}, fence_result or {})
 
 
 def evacuation_powered(power_result, failed, policy="none", confirmed=None):
-    """What the power fencing of the failed hosts came to (module_utils/power_fence.py)."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import power_fence
+    """What the power fencing of the failed hosts came to (module_utils/adapters/power_fence.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.adapters import power_fence
     try:
         return power_fence.outcome(failed or [], (power_result or {}).get("results") or [],
                                    policy, confirmed or [])
@@ -51,8 +52,8 @@ def evacuation_outcome(evacuation, started, fence=None, powered=None, triggered=
                        times=None):
     """What the evacuation came to: the VMs started and not, the history's events, the
     summary's lines and the notification's severity and details
-    (module_utils/evacuation.py)."""
-    from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import outcome
+    (module_utils/stories/evacuation.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import outcome
     return outcome(evacuation or {}, list(started or []), fence or {}, powered or {},
                    None if triggered is None else list(triggered), times or {})
 

@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The filters that name etcd keys (module_utils/etcd_keys.py) and write the
+"""The filters that name etcd keys (module_utils/adapters/etcd_keys.py) and write the
 etcdctl commands of YASCO's etcd roles and users."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access, etcd_keys
 
 
 def _key(name, make, *args, **kwargs):

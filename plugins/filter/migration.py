@@ -2,13 +2,13 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The filters of the stories that live-migrate VMs: the rebalance
-(module_utils/rebalance.py), the drain (drain.py) and the return home (return_home.py)."""
+(module_utils/stories/rebalance.py), the drain (drain.py) and the return home (return_home.py)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 # Each filter imports its story's module when it runs, not when this file loads:
 # Ansible loads every filter file of the collection, in every task's worker, to find
@@ -17,8 +17,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
 
 def migration_settings(given):
     """yasco_migration checked: the libvirt_domain module's `migration`, the timeout and
-    the limit per host (module_utils/rebalance.py)."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import rebalance
+    the limit per host (module_utils/stories/rebalance.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import rebalance
     try:
         return rebalance.migration_settings(given)
     except ValueError as err:
@@ -29,7 +29,7 @@ def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CL
                     per_host=0):
     """Waves of live migrations from where VMs run (cluster_status's vms) to their
     homes in `vdm`."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import rebalance
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import rebalance
     current = {vm["name"]: vm["running_on"][0] for vm in status_vms or []
                if len(vm.get("running_on") or []) == 1}
     try:
@@ -44,7 +44,7 @@ def rebalance_waves(status_vms, vdm, concurrency=2, cluster=etcd_keys.DEFAULT_CL
 
 def rebalance_settled(failed_moves, status_vms):
     """The records of the moves that failed, where libvirt says their VMs run."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import rebalance
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import rebalance
     return rebalance.settled_records(failed_moves or [], status_vms or [])
 
 
@@ -71,8 +71,8 @@ def rebalance_outcome(waited):
 
 def drain_plan(status, vdm, host, cluster=etcd_keys.DEFAULT_CLUSTER, concurrency=2,
                per_host=0):
-    """The drain of `host` for maintenance (see module_utils/drain.py)."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import drain
+    """The drain of `host` for maintenance (see module_utils/stories/drain.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import drain
     try:
         return drain.plan(status or {}, vdm or {}, host, cluster, int(concurrency),
                           int(per_host))
@@ -82,8 +82,8 @@ def drain_plan(status, vdm, host, cluster=etcd_keys.DEFAULT_CLUSTER, concurrency
 
 def return_home_plan(status, vdm, items, host, cluster=etcd_keys.DEFAULT_CLUSTER,
                      concurrency=2, per_host=0):
-    """The return home of `host` once it is back (see module_utils/return_home.py)."""
-    from ansible_collections.yasco.cluster.plugins.module_utils import return_home
+    """The return home of `host` once it is back (see module_utils/stories/return_home.py)."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import return_home
     try:
         return return_home.plan(status or {}, vdm or {}, items or [], host, cluster,
                                 int(concurrency), int(per_host))

@@ -30,12 +30,14 @@ def vdm_failover(vdm, failed):
     if unknown:
         raise AnsibleFilterError(f"vdm_failover: {', '.join(unknown)} is not a hypervisor "
                                  "of this VDM; re-plan if hypervisors were added")
-    from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import failover_for
+    from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
+        failover_for)
     return failover_for(vdm, hosts)
 
 
 def vdm_failure_key(failed):
-    from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import failure_set_key
+    from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+        failure_set_key)
     return failure_set_key(set(_hosts(failed, "vdm_failure_key")))
 
 

@@ -4,7 +4,7 @@
 """The cluster as etcd sees it, as an inventory: which hypervisors are alive, failed
 or in maintenance, and where each VM's record says it runs.
 
-It reads the keys of plugins/module_utils/etcd_keys.py at one revision and needs
+It reads the keys of plugins/module_utils/adapters/etcd_keys.py at one revision and needs
 nothing but its configuration file and the environment, so it runs as an AWX
 inventory source as it runs from the command line.
 """
@@ -91,8 +91,8 @@ from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 from ansible.utils.display import Display
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     CONNECTION_OPTIONS, EtcdError, connect)
 
 display = Display()

@@ -109,7 +109,7 @@ from typing import Any
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     CONNECTION_OPTIONS, EtcdError, KeyValue, connect)
 
 

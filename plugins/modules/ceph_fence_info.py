@@ -63,11 +63,12 @@ not_fenced:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
     CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_module import CEPH_ARGUMENT_SPEC
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_fencing import FenceInfo
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
+    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import FenceInfo
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:

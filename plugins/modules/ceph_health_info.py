@@ -78,12 +78,13 @@ why_not_ready:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
     CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_module import CEPH_ARGUMENT_SPEC
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_health import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
+    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.resources.ceph_health import (
     BLOCKING_CHECKS, HealthInfo)
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:

@@ -3,7 +3,7 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Append events to the cluster's history in etcd. The history's layout belongs to
-module_utils/cluster_events.py, the connection to module_utils/etcd.py."""
+module_utils/cluster/cluster_events.py, the connection to module_utils/adapters/etcd.py."""
 
 from __future__ import annotations
 
@@ -117,11 +117,11 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_batch_module)
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import BatchModule
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import BatchModule
 
 ARGUMENT_SPEC = module_argument_spec(
     cluster={"type": "str", "default": "yasco"},

@@ -144,8 +144,9 @@ table:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster_status import cluster_status
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_status import (
+    cluster_status)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_module)
 
 

@@ -105,12 +105,13 @@ results:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
     CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_module import CEPH_ARGUMENT_SPEC
-from ansible_collections.yasco.cluster.plugins.module_utils.config_drive import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
+    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.config_drive import (
     PYCDLIB_IMPORT_ERROR, DriveRun)
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
     BatchModule, run_module)
 
 

@@ -4,7 +4,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write or delete an etcd key (or every key under a prefix), optionally by
 compare-and-swap. Reading is etcd_key_info's; the connection and its errors belong to
-module_utils/etcd.py."""
+module_utils/adapters/etcd.py."""
 
 from __future__ import annotations
 
@@ -202,11 +202,11 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     EtcdClient, EtcdError, KeyValue, to_json)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_batch_module)
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import BatchModule
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import BatchModule
 
 ARGUMENT_SPEC = module_argument_spec(
     key={"type": "str", "required": True, "no_log": False},

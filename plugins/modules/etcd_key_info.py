@@ -3,7 +3,7 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read an etcd key, or every key under a prefix, changing nothing. The connection and
-its errors belong to module_utils/etcd.py."""
+its errors belong to module_utils/adapters/etcd.py."""
 
 from __future__ import annotations
 
@@ -146,8 +146,8 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_module)
 
 ARGUMENT_SPEC = module_argument_spec(

@@ -3,7 +3,7 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read an etcd lease: how long it has left and which keys are bound to it. The
-connection and its errors belong to module_utils/etcd.py."""
+connection and its errors belong to module_utils/adapters/etcd.py."""
 
 from __future__ import annotations
 
@@ -93,8 +93,8 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_module)
 
 ARGUMENT_SPEC = module_argument_spec(id={"type": "int", "required": True})

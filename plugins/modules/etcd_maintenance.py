@@ -4,7 +4,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """etcd's housekeeping: compact its history, defragment its members one at a time and
 disarm a NOSPACE alarm once there is room again. The client and its errors belong to
-module_utils/etcd.py."""
+module_utils/adapters/etcd.py."""
 
 from __future__ import annotations
 
@@ -133,9 +133,9 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     EtcdClient, EtcdError, connect)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_module)
 
 ARGUMENT_SPEC = module_argument_spec(

@@ -439,10 +439,11 @@ pending_restart:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import (
     LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, ON_CRASH, LibvirtAdapterError)
-from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_domain import DomainRun
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
+from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_domain import (
+    DomainRun)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
     BatchModule, run_module)
 
 DISK_OPTIONS = {

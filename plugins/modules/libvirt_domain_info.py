@@ -83,10 +83,11 @@ no_agent:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import (
     LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
-from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_guest import DomainInfo
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_guest import (
+    DomainInfo)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:

@@ -3,7 +3,7 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Power a hypervisor off or on through its BMC, and confirm it. The fence agents and
-their errors belong to module_utils/power_fence.py."""
+their errors belong to module_utils/adapters/power_fence.py."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ seconds:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.power_fence import (
     PowerFenceError, device, set_power)
 
 DEVICE_SPEC = {

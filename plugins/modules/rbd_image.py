@@ -166,11 +166,12 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
     CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_module import CEPH_ARGUMENT_SPEC
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_image import ImageRun
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
+    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.resources.ceph_image import ImageRun
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
     BatchModule, run_module)
 
 

@@ -135,13 +135,14 @@ kept_protected:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
     CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_module import CEPH_ARGUMENT_SPEC
-from ansible_collections.yasco.cluster.plugins.module_utils.libvirt import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
+    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import (
     LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
-from ansible_collections.yasco.cluster.plugins.module_utils.module_run import run_module
-from ansible_collections.yasco.cluster.plugins.module_utils.vm_snapshot import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.vm_snapshot import (
     SnapshotError, SnapshotRun)
 
 

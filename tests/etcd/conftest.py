@@ -37,7 +37,7 @@ import requests
 import yaml
 from yasco_lab import pki
 
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

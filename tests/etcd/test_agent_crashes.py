@@ -10,9 +10,10 @@ import uuid
 import libvirt
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient, EtcdError
-from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
+    EtcdClient, EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
     Agent, AgentConfig)
 
 from .conftest import closed_port_url

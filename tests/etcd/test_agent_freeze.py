@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 
 import yaml
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from ..ansible_run import ROOT, run_playbook
 from .conftest import wait_for
-from .test_agent_start import fixture_running, start_agent, stop_agent  # noqa: F401  pylint: disable=unused-import
+from .test_agent_start import (  # noqa: F401  pylint: disable=unused-import
+    fixture_running, start_agent, stop_agent)
 
 
 def test_the_agent_says_it_is_frozen_under_its_lease_and_takes_it_back_when_rearmed(

@@ -1,5 +1,5 @@
 """The agent's restart in place of an HA VM whose domain stopped for a failure
-(module_utils/agent_restart.py), against real etcd and libvirt's built-in test
+(module_utils/agent/agent_restart.py), against real etcd and libvirt's built-in test
 driver: what etcd must say for it to restart one, what it writes for the
 reconciler and the history, and its budget. The test driver's domains have no RBD
 disk; the lab kills a real QEMU whose disk lock must be broken (tests/lab/test_ha.py)."""
@@ -13,10 +13,11 @@ from typing import Iterator
 import libvirt
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import (
-    agent_restart, cluster_events, etcd_keys)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
-from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import agent_restart
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
     Agent, AgentConfig)
 
 from .conftest import wait_for

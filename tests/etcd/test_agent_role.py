@@ -10,7 +10,7 @@ import subprocess
 import sys
 import uuid
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from ..ansible_run import run_playbook
 from .conftest import wait_for

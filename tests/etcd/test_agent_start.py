@@ -16,8 +16,8 @@ from typing import Iterator
 import libvirt
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
     Agent, AgentConfig)
 
 from .conftest import closed_port_url, wait_for

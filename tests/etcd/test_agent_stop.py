@@ -12,11 +12,12 @@ import threading
 import time
 from pathlib import Path
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import Agent
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 
 from .conftest import wait_for
-from .test_agent_start import fixture_running, start_agent  # noqa: F401  pylint: disable=unused-import
+from .test_agent_start import (  # noqa: F401  pylint: disable=unused-import
+    fixture_running, start_agent)
 
 
 def stop_in_background(agent: Agent, intent_file: Path, intent: str) -> threading.Thread:

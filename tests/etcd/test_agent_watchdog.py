@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 from yasco_lab.watchdog import Watchdog
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from .conftest import ROOT, closed_port_url, wait_for
 

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     CONNECTION_OPTIONS, EtcdClient, EtcdError, connect)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_module import ETCD_ARGUMENT_SPEC
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
+    ETCD_ARGUMENT_SPEC)
 
 from .conftest import CuttableLink, closed_port_url, wait_for
 

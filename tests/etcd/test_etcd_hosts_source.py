@@ -20,9 +20,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import ha_view
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import ha_view
 
 from .conftest import closed_port_url, wait_for
 

@@ -16,10 +16,10 @@ from typing import Iterator
 import pytest
 from yasco_lab.etcd import housekeeping_flags
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     EtcdClient, EtcdError, NoSpace)
-from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
     AgentConfig, Agent)
 
 from .conftest import (ROOT, Started, ansible_env, parse_run, playbook_command, start_etcd,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from .conftest import ROOT, ansible_env, closed_port_url
 

@@ -21,11 +21,12 @@ from typing import Any, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.yasco.cluster.plugins.module_utils import (
-    cluster_events, etcd_keys, host_states, metrics)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import EtcdClient
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
-from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import (
+    cluster_events, host_states)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys, metrics
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
     Agent, AgentConfig, ConfigError, _start_libvirt_event_loop)
 
 from ..test_grafana_dashboard import dashboard_queries

@@ -1,4 +1,4 @@
-"""A VM record's compare-and-swap against real etcd (module_utils/vm_records.py): a
+"""A VM record's compare-and-swap against real etcd (module_utils/cluster/vm_records.py): a
 step decided on a record that changed and came back with the same value is refused,
 which a compare on the value alone would have let through; of two runs that read one
 revision, only one claims it."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.yasco.cluster.plugins.module_utils import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
 
 
 def test_a_claim_on_a_record_that_changed_and_came_back_is_refused(etcd, playbook):

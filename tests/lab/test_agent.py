@@ -12,8 +12,8 @@ import uuid
 import libvirt
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import hypervisor, layout, watchdog

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from yasco_lab import lab as lab_verbs
 from yasco_lab import layout
 from yasco_lab.credentials import etcd_client

@@ -12,7 +12,7 @@ import uuid
 import libvirt
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from yasco_lab import layout, storage
 from yasco_lab.credentials import etcd_client
 

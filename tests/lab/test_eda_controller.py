@@ -18,7 +18,7 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from yasco_lab import hypervisor, layout
 from yasco_lab.credentials import etcd_client
 from yasco_lab.inbox import ControllerInbox

@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import bmc as lab_bmc
@@ -1107,7 +1107,7 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
     rc, results = playbook("evacuate", ha["inventory"], "--tags", "fence")
     assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
     claimed = records(lab)
-    # Each claim names the revision of the record it replaced (module_utils/vm_records).
+    # Each claim names the revision of the record it replaced (module_utils/cluster/vm_records).
     assert all(claimed[n].pop("claimed_at", 0) > 0 for n in ha_vms), claimed
     assert all(claimed[n] == {"host": targets[n], "state": "starting", "from": host}
                for n in ha_vms), claimed
@@ -1163,15 +1163,19 @@ def test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_ev
         assert_writers_follow_each_other(name)
 
 
-# The short nemesis run's seed: a partition and, 14 s into it, a crash of another host
-# (more failures than the map's X = 1) held 38 s; an HA VM's QEMU killed; a partition.
+# The short nemesis run's seed: its first episode is a partition and, 14 s into it, a
+# crash of another host, held 38 s: more failures than the map's X = 1, two faults of
+# two kinds at once, which no other test here combines. The next ones (an HA VM's QEMU
+# killed, a partition) are each a test of their own, so `make test` stops after one;
+# `make chaos` runs as many as it is asked for.
 NEMESIS_SEED = 2
+NEMESIS_EPISODES = 1
 
 
 def test_a_seeded_nemesis_finds_no_violation(lab, ha):
     """The nemesis (lab/yasco_lab/chaos.py; `yasco-lab chaos` runs a long one) over this
-    module's canaries and watchers: three episodes drawn from a fixed seed, each held,
-    undone and left to converge, judged all along by its invariants: never two copies
+    module's canaries and watchers: episodes drawn from a fixed seed, each held, undone
+    and left to converge, judged all along by its invariants: never two copies
     of a VM running unfenced (sampled every second, partitioned hosts included), the
     canaries' writers never interleaving on their disks, every VM running once where
     etcd records it after each episode, etcd bounded."""
@@ -1179,8 +1183,8 @@ def test_a_seeded_nemesis_finds_no_violation(lab, ha):
     wait_until_home(lab, ha, "hv1")
     vms = {names["ha1"]: "ha", names["ha2"]: "ha", names["plain"]: "plain",
            names["batch"]: "preemptible"}
-    schedule = chaos.draw(NEMESIS_SEED, 3, [h["name"] for h in lab["hosts"]],
+    schedule = chaos.draw(NEMESIS_SEED, NEMESIS_EPISODES, [h["name"] for h in lab["hosts"]],
                           [names["ha1"], names["ha2"]])
     run = chaos.Nemesis(vms, converge=HOME).run(schedule, NEMESIS_SEED)
     assert not run.violations, chaos.report(run)
-    assert len(run.converged) == 3 and run.samples > 30, run.as_json()
+    assert len(run.converged) == NEMESIS_EPISODES and run.samples > 30, run.as_json()

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access, etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph import CephError
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_fencing import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import CephError
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import (
     LIFT_TTL, FenceInfo, FenceRun, HostFenceRun)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
 from yasco_lab import credentials, layout
 from yasco_lab.credentials import etcd_client
 

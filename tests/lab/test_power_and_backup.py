@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import rbd
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from yasco_lab import layout, storage
 from yasco_lab.canary import RECORD_SIZE, RING_RECORDS, parse_records
 from yasco_lab.credentials import etcd_client

@@ -13,8 +13,8 @@ import pytest
 import rbd
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.config_drive import read_iso
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.config_drive import read_iso
 from yasco_lab.credentials import etcd_client
 from yasco_lab import layout, storage
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import (
-    agent_restart, etcd_access, etcd_keys)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import agent_restart
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access, etcd_keys
 from yasco_lab import ceph, credentials, layout, pki
 from yasco_lab.credentials import EtcdUser, etcd_client
 

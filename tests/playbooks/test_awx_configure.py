@@ -31,7 +31,7 @@ from ansible_rulebook.util import render_string
 
 from ansible_collections.awx.awx.plugins.module_utils.controller_api import ControllerModule
 from ansible_collections.yasco.cluster.plugins.inventory import etcd as etcd_inventory
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from ..ansible_run import BIN, ROOT, run_playbook
 from ..etcd import conftest as etcd_conftest

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access
 
 from ..ansible_run import ROOT, run_playbook
 

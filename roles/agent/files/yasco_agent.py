@@ -5,7 +5,7 @@ yasco-agent by the role yasco.cluster.agent (and by the lab on its hypervisors):
 
     python3 yasco_agent.py [--config /etc/yasco/agent.yml] [--log-level INFO]
 
-The agent itself is plugins/module_utils/host_agent.py of the collection, imported
+The agent itself is plugins/module_utils/agent/host_agent.py of the collection, imported
 from YASCO_AGENT_LIB (where the role installs it). Exits 2 on a bad configuration.
 """
 
@@ -20,7 +20,7 @@ import threading
 sys.path.insert(0, os.environ.get("YASCO_AGENT_LIB", "/usr/lib/yasco-agent"))
 
 # pylint: disable-next=wrong-import-position
-from ansible_collections.yasco.cluster.plugins.module_utils import host_agent  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import host_agent  # noqa: E402
 
 
 def main(argv=None):

@@ -70,7 +70,7 @@ description:
     Transient errors (etcd unreachable, an election, a broken stream) are logged and
     retried; the source never exits because of them.
   - >-
-    As the leader, it also runs the HA reconciler (C(module_utils/reconciler.py)):
+    As the leader, it also runs the HA reconciler (C(module_utils/cluster/reconciler.py)):
     every O(reconcile_interval) seconds, and at once when a domain the agents publish
     comes or goes, it compares each HA VM's requested state (C(requested/<vm>), set by
     C(playbooks/vm_state.yml)) with its record and where it runs, and emits
@@ -267,24 +267,25 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+    from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 except ImportError:  # ansible-rulebook runs this file by path, outside any package
     for parent in Path(__file__).absolute().parents:
         if parent.name == "ansible_collections":
             sys.path.insert(0, str(parent.parent))
             break
-    from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
+    from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
-from ansible_collections.yasco.cluster.plugins.module_utils import metrics
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster_events import timestamp
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import metrics
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_events import timestamp
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, WatchEvent)
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd_keys import json_or_none, to_json
-from ansible_collections.yasco.cluster.plugins.module_utils.host_states import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
+    json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states import (
     HostStates, agent_ttl)
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
-from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import (
     STEP_ACTIONS, Memory, Policy, decide, failures_tolerated, ha_vms, observe)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
@@ -351,7 +352,7 @@ class Watcher:
         self.endpoints = (args["endpoints"].split(",") if isinstance(args["endpoints"], str)
                           else list(args["endpoints"]))
         self.cluster = args.get("cluster") or etcd_keys.DEFAULT_CLUSTER
-        # The hosts' records and what is owed to them (module_utils/host_states.py).
+        # The hosts' records and what is owed to them (module_utils/cluster/host_states.py).
         self.states = HostStates(self.cluster, args.get("hosts") or (),
                                  settle=float(args.get("settle", 1.0)),
                                  hold_down=float(args.get("hold_down", 60)))

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.agent_restart import (
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_restart import (
     Budget, ceph_caps, holders_split, rbd_disks, refusal)
 
 RUNNING_HERE = {"host": "hv1", "state": "running"}

@@ -1,4 +1,4 @@
-"""What the cluster report shows (module_utils/cluster_report.py), from a VDM the real
+"""What the cluster report shows (module_utils/report/cluster_report.py), from a VDM the real
 planner made and histories written out as events: bars that fill each host's
 capacity, a failure set as the evacuation reads it, the latest incident."""
 
@@ -8,13 +8,14 @@ import datetime
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import cluster_events, vdm_document
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster_report import (
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
+from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_document
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report import (
     RESOURCES, ReportError, build, capacity_bars, default_failure_set, failure_set,
     latest_incident)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import load_problem
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import plan
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 
 from .report_sample import HOSTS, VMS
 

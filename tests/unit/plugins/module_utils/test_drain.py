@@ -1,11 +1,11 @@
-"""What draining a hypervisor does (module_utils/drain.py), from a cluster status and a
+"""What draining a hypervisor does (module_utils/stories/drain.py), from a cluster status and a
 VDM written out by hand. Carried out on the lab by tests/lab/test_ha.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.drain import DrainError, plan
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.drain import DrainError, plan
 
 HOSTS = ("hv1", "hv2", "hv3")
 VDM = {

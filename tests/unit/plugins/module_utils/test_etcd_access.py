@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_access, etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_access, etcd_keys
 
 HOSTS = ["hv1", "hv2", "hv3"]
 CLUSTER = "prod"

@@ -1,4 +1,4 @@
-"""What an evacuation does (module_utils/evacuation.py), from a cluster status, a VDM
+"""What an evacuation does (module_utils/stories/evacuation.py), from a cluster status, a VDM
 and provisioning items written out by hand. Carried out on the lab by
 tests/lab/test_ha.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.evacuation import (
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
     EvacuationError, after_fence, outcome, plan, refusals)
 
 VDM = {

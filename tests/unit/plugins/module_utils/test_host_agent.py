@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils import host_agent
-from ansible_collections.yasco.cluster.plugins.module_utils.host_agent import (
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import host_agent
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
     AgentConfig, ConfigError)
 
 ROOT = Path(__file__).resolve().parents[4]
 AGENT = ROOT / "roles" / "agent" / "files" / "yasco_agent.py"
 # The directory holding ansible_collections/, as this test imported it: the checkout's
 # collections/ link under pytest, the collection tree's parent under ansible-test.
-COLLECTIONS = Path(host_agent.__file__).parents[5]
+COLLECTIONS = Path(host_agent.__file__).parents[6]
 GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
 
 
@@ -91,7 +91,7 @@ def test_the_watchdog_is_petted_only_while_a_reset_would_come_before_expiry(
 
 
 def test_a_missing_watchdog_device_is_named_with_what_to_do(tmp_path):
-    from ansible_collections.yasco.cluster.plugins.module_utils import hw_watchdog
+    from ansible_collections.yasco.cluster.plugins.module_utils.adapters import hw_watchdog
     with pytest.raises(hw_watchdog.WatchdogError, match=(
             f"watchdog device {tmp_path}/watchdog: No such file or directory: load a driver "
             r"\(modprobe softdog, iTCO_wdt or ipmi_watchdog\)")):
@@ -173,9 +173,9 @@ def test_with_etcd_out_of_reach_the_agent_keeps_retrying_and_stops_cleanly(tmp_p
 def test_the_agent_role_installs_every_module_the_agent_imports():
     """The role copies a list of module_utils files to each hypervisor: one the agent
     imports and the list lacks would make the installed agent fail at its start."""
-    module_utils = Path(host_agent.__file__).parent
+    module_utils = Path(host_agent.__file__).parents[1]
     prefix = "ansible_collections.yasco.cluster.plugins.module_utils"
-    needed, todo = set(), ["host_agent"]
+    needed, todo = set(), ["agent/host_agent"]
     while todo:
         name = todo.pop()
         if name in needed:
@@ -183,11 +183,10 @@ def test_the_agent_role_installs_every_module_the_agent_imports():
         needed.add(name)
         tree = ast.parse((module_utils / f"{name}.py").read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module == prefix:
-                todo += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and (
-                    node.module or "").startswith(prefix + "."):
-                todo.append(node.module.rsplit(".", 1)[1])
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(prefix + "."):
+                dotted = node.module[len(prefix) + 1:].replace(".", "/")
+                todo += ([dotted] if "/" in dotted
+                         else [f"{dotted}/{alias.name}" for alias in node.names])
     installed = yaml.safe_load((ROOT / "roles" / "agent" / "vars" / "main.yml").read_text())[
         "agent_sources"]
     assert sorted(f"{name}.py" for name in needed) == sorted(installed)

@@ -1,4 +1,4 @@
-"""The HA watcher's state machine (module_utils/host_states.py) on a fake clock: when
+"""The HA watcher's state machine (module_utils/cluster/host_states.py) on a fake clock: when
 a lost lease is reported, and together with which others; a planned stop that is no
 failure; maintenance requests; the hold-down before a host gets its VMs back, and a
 flapping or silent host that does not; stale keys; what a new leader owes. The event
@@ -11,9 +11,10 @@ from itertools import count
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import KeyValue, WatchEvent
-from ansible_collections.yasco.cluster.plugins.module_utils.host_states import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
+    KeyValue, WatchEvent)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states import (
     STABLE_RECHECK, STALE_SLACK, HostStates, Report)
 
 CLUSTER = "c"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.yasco.cluster.plugins.module_utils.metrics import Durations
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.metrics import Durations
 
 
 def test_durations_fall_in_every_bucket_at_or_above_them_and_add_up():

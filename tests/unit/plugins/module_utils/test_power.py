@@ -1,12 +1,12 @@
 """What an emergency shutdown stops and in which order, and what a cold start brings
-back (module_utils/power.py), from cluster statuses written out by hand. Carried out
+back (module_utils/stories/power.py), from cluster statuses written out by hand. Carried out
 on the lab by tests/lab/test_power_and_backup.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.power import (
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.power import (
     EMERGENCY, PowerError, cold_start_plan, shutdown_fates, shutdown_plan, stale_locks,
     stopped_records, tier_timeout)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.power_fence import (
     PowerFenceError, device)
 
 IPMI = {"agent": "ipmilan", "address": "10.0.9.11", "username": "fence", "password": "pw"}

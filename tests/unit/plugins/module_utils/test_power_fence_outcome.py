@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.power_fence import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.power_fence import (
     PowerFenceError, outcome)
 
 OFF = {"item": "hv1", "power": "off", "changed": True}

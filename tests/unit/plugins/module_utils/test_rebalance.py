@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import (
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.rebalance import (
     RebalanceError, migration_settings, plan_moves, wave_steps, waves)
 
 

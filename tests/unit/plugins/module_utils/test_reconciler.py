@@ -10,11 +10,11 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.etcd import KeyValue
-from ansible_collections.yasco.cluster.plugins.module_utils.reconciler import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import KeyValue
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import (
     Memory, Policy, decide, failures_tolerated, ha_vms, observe, usable_hosts)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_document import ha_view
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import ha_view
 
 HOSTS = ("hv1", "hv2", "hv3")
 

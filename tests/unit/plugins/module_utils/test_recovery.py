@@ -1,4 +1,4 @@
-"""How recover_vm.yml carries out the reconciler's steps (module_utils/recovery.py):
+"""How recover_vm.yml carries out the reconciler's steps (module_utils/stories/recovery.py):
 a step decided on a record's revision that changed is left alone, a VM still running where it
 was is not started, only the dead QEMU's own client is fenced, a lock held from
 another host keeps the VM down. Carried out on the lab by tests/lab/test_ha.py."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import recovery
+from ansible_collections.yasco.cluster.plugins.module_utils.stories import recovery
 
 from .test_evacuation import ITEMS, URIS, VDM, revision, status
 

@@ -1,4 +1,4 @@
-"""What a return home does (module_utils/return_home.py), from a cluster status, a VDM
+"""What a return home does (module_utils/stories/return_home.py), from a cluster status, a VDM
 and provisioning items written out by hand. Carried out on the lab by
 tests/lab/test_ha.py."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.rebalance import settled_records
-from ansible_collections.yasco.cluster.plugins.module_utils.return_home import (
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.rebalance import settled_records
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.return_home import (
     ReturnHomeError, plan)
 
 HOSTS = ("hv1", "hv2", "hv3")

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.ceph_health import (
+from ansible_collections.yasco.cluster.plugins.module_utils.resources.ceph_health import (
     BLOCKING_CHECKS, judged)
-from ansible_collections.yasco.cluster.plugins.module_utils.vm_backup import (
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.vm_backup import (
     MANIFEST, BackupError, chain, read_sets, selected_vms)
-from ansible_collections.yasco.cluster.plugins.module_utils.vm_snapshot import (
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.vm_snapshot import (
     SnapshotError, doomed, parse_age, snapshot_name)
 
 NOW = datetime.datetime(2026, 11, 22, 12, 0, tzinfo=datetime.timezone.utc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.storage_probe import (
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import (
     FENCE, OK, OUTAGE, WAITING, verdict)
 
 

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     VdmInputError, failure_set_key, load_problem)
 
 HOSTVARS = {

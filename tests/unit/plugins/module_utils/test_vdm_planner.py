@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     VdmInputError, load_problem)
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
     VdmInfeasible, plan)
 
 

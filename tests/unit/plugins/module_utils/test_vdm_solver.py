@@ -10,11 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils import vdm_planner, vdm_solver
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import failure_set_key, load_problem
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planted import overloaded, planted
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_planner import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_planner, vdm_solver
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+    failure_set_key, load_problem)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planted import (
+    overloaded, planted)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
     VdmInfeasible, VdmNotFound, _plan_of, _state_of, plan)
 
 # Hosts of 16 to 64 GB: a hundred VMs or so, planned in well under a second.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_model import VdmInputError
-from ansible_collections.yasco.cluster.plugins.module_utils.vdm_what_if import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import VdmInputError
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_what_if import (
     table, what_if)
 
 # Three alike hosts and X = 1: HA VMs may use two thirds of the cluster, 16 of 1 vCPU

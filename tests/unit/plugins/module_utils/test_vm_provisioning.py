@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.vm_provisioning import (
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.vm_provisioning import (
     ProvisioningError, by_record, provisioning_items)
 
 CLUSTER = {"pool": "yasco", "monitors": ["10.0.0.2:6789"], "ceph_user": "hypervisor",

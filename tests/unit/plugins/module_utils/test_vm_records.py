@@ -1,4 +1,4 @@
-"""A VM record's states and changes (module_utils/vm_records.py): which changes are
+"""A VM record's states and changes (module_utils/cluster/vm_records.py): which changes are
 allowed, and that each compares the revision it was decided on, never the value
 alone. Against real etcd by tests/etcd/test_vm_records.py."""
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils import vm_records
-from ansible_collections.yasco.cluster.plugins.module_utils.vm_records import (
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import (
     CLAIMS, DOWN, FAILED, MIGRATING, PREEMPTED, RUNNING, STARTING, STATES, STOPPED,
     RecordError)
 

@@ -10,8 +10,9 @@ import copy
 import libvirt
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_domain import DomainRun
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_domain import (
+    DomainRun)
 
 from ....ansible_run import local_play, run_playbook
 
@@ -282,7 +283,8 @@ def test_the_guest_agent_channel_is_defined_when_asked_for_and_compared(conn):
 
 
 def test_domain_info_tells_a_domain_without_an_agent_from_one_whose_agent_is_silent(conn):
-    from ansible_collections.yasco.cluster.plugins.module_utils.libvirt_guest import DomainInfo
+    from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_guest import (
+        DomainInfo)
 
     def info(**changes):
         base = {"uri": URI, "connect_timeout": 5.0, "name": None, "domains": None,
