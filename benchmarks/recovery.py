@@ -26,9 +26,9 @@ Each time is from the fault to the canary's first write from its new copy (read 
 its RBD disk); beside it, for the reconciler's runs, from the fault to that copy's
 QEMU starting (libvirt's log on the host it runs on): what YASCO takes, the rest being
 the guest's boot. That boot is measured alone too, in the same run: the canary booted
-in a bare QEMU beside the lab, to its first write on a local disk. The baseline's runs that never recover are given up after
---give-up seconds and reported as "never"; the VM is then started by hand
-(`recover_vm.yml`, as an operator would) before the next run.
+in a bare QEMU beside the lab, to its first write on a local disk. The baseline's runs
+that never recover are given up after --give-up seconds and reported as "never"; the VM
+is then started by hand (`recover_vm.yml`, as an operator would) before the next run.
 """
 
 from __future__ import annotations
@@ -133,17 +133,8 @@ def guest_boot(runs: int) -> list[float | None]:
         disk = Path(scratch) / "disk"
         disk.write_bytes(b"\0" * canary.RECORD_SIZE * canary.RING_RECORDS)
         for dummy in range(runs):
-            started = time.monotonic()
-            proc = subprocess.Popen(canary.qemu_argv(image, disk=disk),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT)
-            try:
-                wrote = canary.wait_for_output(proc, "yasco-canary: wrote", 60)
-                took.append(time.monotonic() - started if wrote else None)
-            finally:
-                proc.kill()
-                proc.wait()
-                proc.stdout.close()  # type: ignore[union-attr]
+            took.append(canary.seconds_to_output(canary.qemu_argv(image, disk=disk),
+                                                 "yasco-canary: wrote", 60))
     return took
 
 

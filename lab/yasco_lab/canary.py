@@ -396,6 +396,24 @@ def wait_for_output(proc: subprocess.Popen[bytes], marker: str, timeout: float) 
     return False
 
 
+def seconds_to_output(argv: list[str], marker: str, timeout: float) -> float | None:
+    """Seconds from starting the QEMU of ``argv`` to ``marker`` on its console, None
+    if it does not show within ``timeout``; the QEMU is killed either way."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+    except FileNotFoundError:
+        raise CanaryBuildError(
+            "qemu-system-x86_64 not found: apt-get install qemu-system-x86") from None
+    try:
+        return time.monotonic() - started if wait_for_output(proc, marker, timeout) else None
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+
+
 def probe_virt_type(image: CanaryImage, timeout: float = 30.0) -> str:
     """"kvm" if a guest really boots under KVM here, else "qemu" (TCG).
 
@@ -405,16 +423,6 @@ def probe_virt_type(image: CanaryImage, timeout: float = 30.0) -> str:
     """
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return "qemu"
-    try:
-        proc = subprocess.Popen(qemu_argv(image, "kvm", "yasco.probe=1"),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT)
-    except FileNotFoundError:
-        raise CanaryBuildError(
-            "qemu-system-x86_64 not found: apt-get install qemu-system-x86") from None
-    try:
-        return "kvm" if wait_for_output(proc, PROBE_MARKER, timeout) else "qemu"
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
+    booted = seconds_to_output(qemu_argv(image, "kvm", "yasco.probe=1"), PROBE_MARKER,
+                               timeout)
+    return "qemu" if booted is None else "kvm"
