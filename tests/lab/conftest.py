@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
                             "runs before the session's lab is up")
     config.addinivalue_line("markers", "lab_waits: its tests mostly wait on the lab (leases, "
                             "hold-downs); scripts/test starts the tests that need no lab then")
+    config.addinivalue_line("markers", "controller_install: uses the controller_install "
+                            "fixture, whose install starts with the run")
 
 
 def pytest_runtest_call(item: pytest.Item) -> None:
@@ -54,9 +58,45 @@ def pytest_runtest_call(item: pytest.Item) -> None:
         Path(signal).touch()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (item.get_closest_marker("own_lab") is None,
                                  item.get_closest_marker("teardown") is not None))
+    if not config.option.collectonly and any(
+            item.get_closest_marker("controller_install") for item in items):
+        start_controller_install()
+
+
+# The controller that scripts/controller installs, as production installs one, for the
+# tests marked `controller_install`. It needs no lab, and takes a minute or more of pip:
+# started when the run starts, it installs while the lab comes up.
+_CONTROLLER: dict = {}
+
+
+def start_controller_install() -> None:
+    prefix = Path(tempfile.mkdtemp(prefix="yasco-controller-"))
+    log = (prefix.parent / f"{prefix.name}.log").open("w+")
+    _CONTROLLER.update(prefix=prefix, log=log, proc=subprocess.Popen(
+        [str(Path(__file__).resolve().parents[2] / "scripts" / "controller"), str(prefix)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+
+
+@pytest.fixture(scope="session")
+def controller_install():
+    """The prefix of the controller scripts/controller installed, once it has."""
+    if not _CONTROLLER:
+        start_controller_install()
+    proc, log, prefix = _CONTROLLER["proc"], _CONTROLLER["log"], _CONTROLLER["prefix"]
+    try:
+        rc = proc.wait(timeout=1200)
+        log.seek(0)
+        assert rc == 0, f"scripts/controller {prefix} failed:\n{log.read()}"
+        yield prefix
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+        Path(log.name).unlink(missing_ok=True)
+        shutil.rmtree(prefix, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -28,6 +28,8 @@ from .conftest import yasco_lab
 from .lab_cluster import (
     make_inventory, records, start_watcher, stop_watcher, wait_for, wait_until_one_leads)
 
+pytestmark = pytest.mark.controller_install
+
 # The job templates awx_configure.yml creates, and the playbook each runs.
 PLAYBOOKS = {"YASCO evacuate": "evacuate", "YASCO return home": "return_home",
              "YASCO drain": "drain", "YASCO recover VM": "recover_vm",
@@ -38,13 +40,9 @@ DOWN_WITHIN = hypervisor.AGENT_TTL + 30
 
 
 @pytest.fixture(name="installed", scope="module")
-def fixture_installed(tmp_path_factory) -> dict:
+def fixture_installed(controller_install) -> dict:
     """A controller installed by scripts/controller, and the inventory it runs with."""
-    prefix = tmp_path_factory.mktemp("controller")
-    done = subprocess.run([str(ROOT / "scripts" / "controller"), str(prefix)],
-                          capture_output=True, text=True, timeout=1200, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return {"prefix": prefix}
+    return {"prefix": controller_install}
 
 
 @pytest.fixture(name="controller")
