@@ -127,8 +127,9 @@ incident:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report import ReportError
-from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_write import (
-    MATPLOTLIB_IMPORT_ERROR, ReportRun)
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_canvas import (
+    MATPLOTLIB_IMPORT_ERROR)
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_write import ReportRun
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 

@@ -13,7 +13,9 @@ import html
 import re
 
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report import (
-    RESOURCES, Bar, FailureSet, Incident, Report, unit)
+    RESOURCES, Bar, FailureSet, Report, unit)
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_incident import (
+    Incident)
 
 # The one part of the page that changes with every writing: compare pages without it.
 WRITTEN = re.compile(r'<time class="written"[^>]*>[^<]*</time>')

@@ -1,60 +1,34 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The report's pictures, drawn with matplotlib from cluster_report's data: the
-hypervisors' capacity, a failure set, the latest incident's timeline; each as PNG
-bytes, and all of them stacked into one.
-
-matplotlib is imported here and nowhere else, so the rest of the collection runs
-without it. Figures are drawn on Agg canvases of their own, never through pyplot's
-global state, and the PNGs carry no date and no software version: the same report
-gives the same bytes.
+"""The report's pictures, each as PNG bytes, and all of them stacked into one
+under a header naming the cluster. The hypervisors' capacity and what a failure set
+does to it are drawn here with matplotlib, from cluster_report's data, as bars of
+what fills each host; the latest incident's timeline in cluster_report_timeline.py,
+on the same canvas (cluster_report_canvas.py).
 """
 
 from __future__ import annotations
 
-import io
-import math
-import traceback
 from typing import Any
 
 try:
     import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.image import imsave
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
-    from matplotlib.ticker import NullLocator
-except ImportError:  # reported by the module through missing_required_lib
-    MATPLOTLIB_IMPORT_ERROR: str | None = traceback.format_exc()
-else:
-    MATPLOTLIB_IMPORT_ERROR = None
+except ImportError:  # reported by the module: cluster_report_canvas.MATPLOTLIB_IMPORT_ERROR
+    pass
 
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report import (
-    RESOURCES, Bar, FailureSet, Incident, Report, Segment, unit)
+    RESOURCES, Bar, FailureSet, Report, Segment, unit)
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_canvas import (
+    COLOURS, WIDTH, Picture, png, px, stacked)
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_timeline import (
+    timeline_picture)
 
-WIDTH = 12.0  # inches: every picture is as wide, so they stack into one
-DPI = 100
 BAR_HEIGHT = 0.62  # of a row
 ROW_INCHES = 0.55
-# Okabe and Ito's palette, which colour-blind readers tell apart.
-COLOURS = {"ha": "#0072B2", "plain": "#009E73", "preemptible": "#E69F00",
-           "spare": "#CC79A7", "free": "#F2F2F2", "failed": "#D55E00", "ink": "#222222",
-           "grid": "#DDDDDD"}
 NAMES = {"ha": "HA VM", "plain": "plain VM", "preemptible": "preemptible VM",
          "spare": "spare kept for failover", "free": "free"}
-# Each event kind the collection writes: colour and marker, failures red, recovery green.
-EVENT_STYLES = {
-    "self-fenced": ("#CC79A7", "X"), "fenced": ("#D55E00", "X"),
-    "preempted": ("#E69F00", "v"), "evacuated": ("#0072B2", ">"),
-    "stale-destroyed": ("#777777", "x"), "unfenced": ("#009E73", "s"),
-    "migrated": ("#000000", "<"), "started": ("#56B4E9", "o"),
-}
-OTHER_STYLES = [("#8C564B", "D"), ("#BCBD22", "P"), ("#7F7F7F", "d"), ("#17BECF", "h"),
-                ("#9467BD", "p"), ("#E377C2", "*")]
-# A VM event's host, in its label: where it went, or where it happened.
-TOWARDS = ("evacuated", "migrated")
 
 
 def _blend(colour: str, towards: str = "#FFFFFF", share: float = 0.6) -> tuple:
@@ -72,58 +46,10 @@ def _ink_on(face: Any) -> str:
     return "#000000" if luminance > 0.45 else "#FFFFFF"
 
 
-class _Picture:
-    """A figure of WIDTH inches and `height`, with fixed margins (in inches), so
-    that where things land is known before it is drawn: labels are measured against
-    the segments they must fit."""
-
-    def __init__(self, height: float) -> None:
-        self.height = height
-        self.figure = Figure(figsize=(WIDTH, height), dpi=DPI, facecolor="white")
-        self.canvas = FigureCanvasAgg(self.figure)
-        self.renderer = self.canvas.get_renderer()
-
-    def axes(self, left: float, bottom: float, width: float, height: float):
-        return self.figure.add_axes((left / WIDTH, bottom / self.height, width / WIDTH,
-                                     height / self.height))
-
-    def title(self, text: str, subtitle: str = "") -> None:
-        self.figure.text(0.25 / WIDTH, 1 - 0.3 / self.height, text, fontsize=14,
-                         fontweight="bold", color=COLOURS["ink"], va="center")
-        if subtitle:
-            self.figure.text(0.25 / WIDTH, 1 - 0.58 / self.height, subtitle, fontsize=10,
-                             color="#444444", va="center")
-
-    def legend(self, handles: list, top: float, columns: int) -> None:
-        self.figure.legend(handles=handles, loc="upper left", frameon=False,
-                           bbox_to_anchor=(0.2 / WIDTH, 1 - top / self.height),
-                           ncol=columns, fontsize=9, handlelength=1.8, columnspacing=1.6)
-
-    def pixels(self) -> np.ndarray:
-        self.canvas.draw()
-        return np.asarray(self.canvas.buffer_rgba()).copy()
-
-    def fits(self, text, room: float) -> bool:
-        return text.get_window_extent(self.renderer).width <= room
-
-    def widest(self, labels: list[str], fontsize: float) -> float:
-        """The width, in inches, of the widest of `labels` (bold, to be safe)."""
-        widest = 0.0
-        for label in labels:
-            drawn = self.figure.text(0, 0, label, fontsize=fontsize, fontweight="bold")
-            widest = max(widest, drawn.get_window_extent(self.renderer).width / DPI)
-            drawn.remove()
-        return widest
-
-
-def _px(ax, x: float) -> float:
-    return float(ax.transData.transform((x, 0))[0])
-
-
-def _label(picture: _Picture, ax, segment: Segment, divisor: float, y: float,
+def _label(picture: Picture, ax, segment: Segment, divisor: float, y: float,
            candidates: list[str], colour: str) -> None:
     """The first of `candidates` that fits inside the segment, or none."""
-    room = _px(ax, segment.end / divisor) - _px(ax, segment.start / divisor) - 6
+    room = px(ax, segment.end / divisor) - px(ax, segment.start / divisor) - 6
     for text in candidates:
         drawn = ax.text((segment.start + segment.size / 2) / divisor, y, text, ha="center",
                         va="center", fontsize=8.5, color=colour, zorder=5, clip_on=True)
@@ -170,7 +96,7 @@ def _host_label(box: Bar) -> str:
     return f"{box.host}\nfailed" if box.failed else box.host
 
 
-def _bars_panel(picture: _Picture, ax, bars: list[Bar], divisor: float, label: str
+def _bars_panel(picture: Picture, ax, bars: list[Bar], divisor: float, label: str
                 ) -> None:
     h = BAR_HEIGHT
     right = max(max(b.capacity, b.segments[-1].end if b.segments else 0) for b in bars)
@@ -241,7 +167,7 @@ def _bars_picture(bars: list[Bar], title: str, subtitle: str, handles: list,
     legend_rows = 1
     top = 0.8 + 0.25 * legend_rows + 0.3
     height = top + len(hosts) * ROW_INCHES + 0.55
-    picture = _Picture(height)
+    picture = Picture(height)
     picture.title(title, subtitle)
     picture.legend(handles, 0.75, columns)
     left = 0.4 + picture.widest([_host_label(b) for b in bars], 10)
@@ -310,130 +236,12 @@ def _failure_summary(failure: FailureSet) -> str:
     return "; ".join(parts) + ". Stopped VMs are drawn past the box: they take no room."
 
 
-def _event_label(kind: str, host: str | None, vm: str | None) -> list[str]:
-    if vm and host:
-        return [f"{kind} {'→' if kind in TOWARDS else 'on'} {host}", kind]
-    return [kind]
-
-
-def _time_axis(ax, span: float) -> None:
-    """Seconds, linear for a short incident; beyond two minutes logarithmic past 10 s,
-    so that the seconds of the evacuation and the minutes of the return home both
-    read."""
-    if span <= 120:
-        ax.set_xlim(-0.04 * max(span, 1), max(span, 1) * 1.06)
-        return
-    ax.set_xscale("symlog", linthresh=10, linscale=1)
-    ticks = [t for t in (0, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000,
-                         20000, 50000, 100000) if t <= span * 1.2]
-    ax.set_xlim(-0.5, span * 1.25)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t:g}" for t in ticks])
-    ax.xaxis.set_minor_locator(NullLocator())  # symlog's minor ticks crowd the axis
-
-
-def timeline_picture(report: Report) -> np.ndarray:
-    incident: Incident = report.incident
-    kinds = list(dict.fromkeys(p.kind for p in incident.points))
-    styles = {}
-    others = iter(OTHER_STYLES * (len(kinds) // len(OTHER_STYLES) + 1))
-    for kind in kinds:
-        styles[kind] = EVENT_STYLES.get(kind) or next(others)
-    columns = min(len(kinds), 9)
-    legend_rows = math.ceil(len(kinds) / columns)
-    top = 0.8 + 0.25 * legend_rows + 0.25
-    rows = len(incident.rows)
-    height = top + max(rows, 2) * 0.36 + 0.75
-    picture = _Picture(height)
-    first = incident.points[0]
-    when = first.at.replace("T", " ")[:19]
-    state = (f"ended: every failed host back, after {incident.seconds:.0f} s"
-             if incident.ended else
-             f"not over: {', '.join(incident.failed)} not back yet; the last event "
-             f"{incident.seconds:.0f} s after the failure")
-    picture.title(f"Latest incident: {', '.join(incident.failed)} failed at {when} UTC",
-                  f"The cluster's history, one row per hypervisor and VM; {state}.")
-    handles = [Line2D([], [], linestyle="none", marker=styles[k][1], color=styles[k][0],
-                      markersize=8, label=k) for k in kinds]
-    picture.legend(handles, 0.75, columns)
-    left, right = 0.4 + picture.widest([r.name for r in incident.rows], 9.5), 0.35
-    ax = picture.axes(left, 0.6, WIDTH - left - right, height - top - 0.6)
-    _time_axis(ax, incident.seconds)
-    ax.set_ylim(max(rows, 2) - 0.5, -0.5)
-    ax.set_yticks(range(rows))
-    ax.set_yticklabels([r.name for r in incident.rows], fontsize=9.5)
-    for tick, row in zip(ax.get_yticklabels(), incident.rows):
-        if row.kind == "host":
-            tick.set_fontweight("bold")
-            if row.name in incident.failed:
-                tick.set_color(COLOURS["failed"])
-    ax.tick_params(axis="y", length=0)
-    ax.tick_params(axis="x", labelsize=9)
-    ax.set_xlabel(f"seconds since the first failure ({first.kind} "
-                  f"{first.host or ''}, {when} UTC)", fontsize=9.5)
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    ax.xaxis.grid(True, color=COLOURS["grid"], linewidth=0.6)
-    ax.set_axisbelow(True)
-    for y in range(rows):
-        ax.axhline(y, color="#EEEEEE", linewidth=1, zorder=1)
-    ax.axvline(0, color=COLOURS["failed"], linewidth=1, linestyle="--", zorder=1)
-    if incident.ended:
-        ax.axvline(incident.seconds, color=COLOURS["plain"], linewidth=1, linestyle="--",
-                   zorder=1)
-    for kind in kinds:
-        mine = [p for p in incident.points if p.kind == kind]
-        ax.scatter([p.seconds for p in mine], [p.row for p in mine], s=70,
-                   marker=styles[kind][1], color=styles[kind][0], edgecolors="white",
-                   linewidths=0.6, zorder=3)
-    _point_labels(picture, ax, incident)
-    return picture.pixels()
-
-
-def _point_labels(picture: _Picture, ax, incident: Incident) -> None:
-    """Each event's kind (and host) beside it: right of it where that clears the next
-    event on its row and the axes' edge, else left of it where that clears the
-    previous one and its label; else a shorter label, or none."""
-    box = ax.get_window_extent(picture.renderer)
-    by_row: dict[int, list] = {}
-    for point in sorted(incident.points, key=lambda p: (p.seconds, p.key)):
-        by_row.setdefault(point.row, []).append(point)
-    for row, points in by_row.items():
-        taken = box.x0  # where the row's last label or marker ends
-        for index, point in enumerate(points):
-            x = _px(ax, point.seconds)
-            limit = (_px(ax, points[index + 1].seconds) - 8 if index + 1 < len(points)
-                     else box.x1)
-            placed = False
-            for text in _event_label(point.kind, point.host, point.vm):
-                for side in ("left", "right"):
-                    drawn = ax.text(point.seconds, row, f"  {text}  ", fontsize=8,
-                                    va="center", ha=side, color="#333333", zorder=4)
-                    extent = drawn.get_window_extent(picture.renderer)
-                    if (extent.x1 <= limit if side == "left" else extent.x0 >= taken):
-                        taken = max(x + 6, extent.x1)
-                        placed = True
-                        break
-                    drawn.remove()
-                if placed:
-                    break
-            if not placed:
-                taken = x + 6
-
-
 def _header(report: Report) -> np.ndarray:
-    picture = _Picture(0.7)
+    picture = Picture(0.7)
     picture.figure.text(0.25 / WIDTH, 0.5, f"YASCO cluster {report.cluster}: VDM version "
                         f"{report.version}", fontsize=16, fontweight="bold", va="center",
                         color=COLOURS["ink"])
     return picture.pixels()
-
-
-def png(pixels: np.ndarray) -> bytes:
-    """RGBA pixels as PNG, with no text chunks (matplotlib's version would be one)."""
-    out = io.BytesIO()
-    imsave(out, pixels, format="png", dpi=DPI, metadata={"Software": None})
-    return out.getvalue()
 
 
 def pictures(report: Report) -> dict[str, bytes]:
@@ -445,12 +253,6 @@ def pictures(report: Report) -> dict[str, bytes]:
         drawn["failure"] = failure_picture(report)
     if report.incident is not None:
         drawn["timeline"] = timeline_picture(report)
-    parts = [_header(report), *drawn.values()]
-    width = max(p.shape[1] for p in parts)
-    white = np.full((1, 1, 4), 255, dtype=np.uint8)
-    stacked = np.concatenate([np.concatenate(
-        [p, np.broadcast_to(white, (p.shape[0], width - p.shape[1], 4))], axis=1)
-        for p in parts], axis=0)
     result = {name: png(pixels) for name, pixels in drawn.items()}
-    result["report"] = png(stacked)
+    result["report"] = png(stacked([_header(report), *drawn.values()]))
     return result

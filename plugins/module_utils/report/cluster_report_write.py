@@ -28,7 +28,6 @@ from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_repor
 
 HTML_FILE = "report.html"
 PNG_FILE = "report.png"
-MATPLOTLIB_IMPORT_ERROR = render.MATPLOTLIB_IMPORT_ERROR
 
 
 def written_at(at: float | None = None) -> str:

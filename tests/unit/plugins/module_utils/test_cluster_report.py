@@ -1,6 +1,7 @@
-"""What the cluster report shows (module_utils/report/cluster_report.py), from a VDM the real
-planner made and histories written out as events: bars that fill each host's
-capacity, a failure set as the evacuation reads it, the latest incident."""
+"""What the cluster report shows (module_utils/report/cluster_report.py and
+cluster_report_incident.py), from a VDM the real planner made and histories written
+out as events: bars that fill each host's capacity, a failure set as the evacuation
+reads it, the latest incident."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_document
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report import (
-    RESOURCES, ReportError, build, capacity_bars, default_failure_set, failure_set,
+    RESOURCES, ReportError, build, capacity_bars, default_failure_set, failure_set)
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_incident import (
     latest_incident)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
