@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import (  # noqa: E402
-    libvirt as lv)
+    libvirt as lv, libvirt_migration)
 from provision import lab_status  # noqa: E402
 from yasco_lab import storage  # noqa: E402
 from yasco_lab.domain import canary_domain_xml, remove_everywhere  # noqa: E402
@@ -62,10 +62,11 @@ def one_run(conns: dict, name: str, here: str, there: str, policy: dict,
             bandwidth: int, timeout: float) -> dict:
     """One migration from `here` to `there`: libvirt's figures, or {'error': why}."""
     dom = conns[here].lookupByName(name)
-    rules = lv.MigrationPolicy.from_options({**policy, "bandwidth": bandwidth})
+    rules = libvirt_migration.MigrationPolicy.from_options({**policy, "bandwidth": bandwidth})
     started = time.monotonic()
     try:
-        dummy, figures = lv.migrate_live(dom, conns[there], timeout, tls=True, policy=rules)
+        dummy, figures = libvirt_migration.migrate_live(dom, conns[there], timeout, tls=True,
+                                                        policy=rules)
     except lv.LibvirtAdapterError as err:
         return {"error": str(err), "wall_s": time.monotonic() - started}
     return {**figures, "wall_s": time.monotonic() - started}

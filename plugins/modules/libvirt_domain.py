@@ -440,7 +440,8 @@ pending_restart:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import (
-    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, ON_CRASH, LibvirtAdapterError)
+    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import ON_CRASH
 from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_domain import (
     DomainRun)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
@@ -488,7 +489,7 @@ SPEC_OPTIONS = {
 }
 
 
-# lv.MigrationPolicy's fields; null leaves QEMU's own behaviour.
+# libvirt_migration.MigrationPolicy's fields; null leaves QEMU's own behaviour.
 MIGRATION_OPTIONS = {
     "bandwidth": {"type": "int"},
     "max_downtime": {"type": "int"},

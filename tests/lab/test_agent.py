@@ -13,7 +13,8 @@ import libvirt
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import (
+    render_domain_xml)
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import hypervisor, layout, watchdog
@@ -44,7 +45,7 @@ def start_domain(uri: str, kind: str) -> str:
     spec = {"vcpus": 1, "memory_mb": 32, "domain_type": "qemu", "kind": kind}
     conn = libvirt.open(uri)
     try:
-        conn.defineXML(lv.render_domain_xml(name, spec)).create()
+        conn.defineXML(render_domain_xml(name, spec)).create()
     finally:
         conn.close()
     return name

@@ -35,6 +35,8 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_migration import (
+    migrate_live)
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import bmc as lab_bmc
@@ -312,7 +314,7 @@ def test_an_ha_vm_moved_by_hand_runs_again_at_its_recorded_host_when_its_new_one
     moved_to = "hv3"
     source, target = (lv.connect(libvirt_uri(lab, h), 5.0) for h in (home, moved_to))
     try:
-        lv.migrate_live(source.lookupByName(name), target, 60)
+        migrate_live(source.lookupByName(name), target, 60)
     finally:
         source.close()
         target.close()
@@ -877,7 +879,7 @@ def test_a_host_that_crashes_during_its_drain_mid_migration_has_its_ha_vms_faile
 
     def migrate() -> None:
         try:
-            lv.migrate_live(dom, incoming, 300)
+            migrate_live(dom, incoming, 300)
         except (lv.LibvirtAdapterError, lv.libvirt.libvirtError):
             pass  # its source crashed: what matters is what the cluster makes of it
 

@@ -272,3 +272,16 @@ def fence_stands(record: Any) -> bool:
     """Whether a fence record's value, parsed, fences its host: one being lifted
     does not."""
     return isinstance(record, dict) and FENCE_LIFT_MARK not in record
+
+
+def fence_lift_mark(record: Any) -> dict[str, Any] | None:
+    """A fence record's lift mark, if it has one."""
+    mark = record.get(FENCE_LIFT_MARK) if isinstance(record, dict) else None
+    return mark if isinstance(mark, dict) else None
+
+
+def fence_unmarked(record: Any) -> Any:
+    """A fence record without its lift mark."""
+    if isinstance(record, dict):
+        return {k: v for k, v in record.items() if k != FENCE_LIFT_MARK}
+    return record

@@ -28,204 +28,27 @@ host, a start that failed or never finished, VMs left down because more hosts fa
 than planned (started as soon as a host has room), and requested states.
 
 `memory` is the reconciler's own state between calls (when each VM was first seen
-down, where it was tried), kept by the leading watcher. A new leader starts with
-none: at worst a VM gets one more restart in place than `max_restart`; etcd's
-compare-and-swap, not memory, keeps a VM from starting twice.
+down, where it was tried), kept by the leading watcher; it and the policy are in
+reconciler_pacing. What decide() reads of etcd is made by reconciler_observed, and
+where a VM may start is worked out in reconciler_placement.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
+    DEFAULT_REQUESTED, usable_hosts, where_running)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
+    Memory, Policy)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
+    candidates, host_loads, make_room, vm_size)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import (
     ACTIVE, FAILED, MIGRATING, RUNNING, STARTING)
 
-REQUESTED_STATES = ("started", "stopped", "disabled", "ignored")
-DEFAULT_REQUESTED = "started"
 # What the reconciler's steps ask recover_vm.yml to do.
 STEP_ACTIONS = ("restart", "relocate", "stop", "fail", "confirm")
-SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
-
-
-@dataclasses.dataclass
-class Policy:
-    """How hard the reconciler tries; every figure in seconds or counts."""
-
-    # In-place restarts of a VM within `window` before it is relocated.
-    max_restart: int = 1
-    # Relocations within `window` before the VM is recorded failed.
-    max_relocate: int = 2
-    window: float = 600.0
-    # A VM recorded running on a live host that its agent has not published for this
-    # long is down (the agent publishes within a second of a domain event).
-    grace: float = 2.0
-    # A record left `starting` this long, with the VM running nowhere, is a failed start.
-    start_timeout: float = 60.0
-    # A step that changed nothing in etcd this long after it went out is decided again.
-    action_timeout: float = 90.0
-    # A failed VM is tried again this long after it failed, or at once when a host
-    # becomes usable.
-    retry_after: float = 300.0
-    # An HA VM still recorded on a failed host this long after the failure was seen:
-    # its evacuation did not finish (a run that failed, a watcher that died), and is
-    # asked for again.
-    evacuation_timeout: float = 90.0
-
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any] | None, where: str = "policy") -> Policy:
-        data = dict(data or {})
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - set(fields))
-        if unknown:
-            raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(fields)}")
-        for name, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{where}.{name}: must be a number >= 0, got {value!r}")
-        return cls(**data)
-
-
-@dataclasses.dataclass
-class Memory:
-    """What the reconciler remembers between calls; changed in place by decide()."""
-
-    # VM -> when it was first seen not running where its record says it runs.
-    down_since: dict[str, float] = dataclasses.field(default_factory=dict)
-    # VM -> (record revision, when first seen) of a record that says starting.
-    starting_since: dict[str, tuple[int, float]] = dataclasses.field(default_factory=dict)
-    # VM -> [(when, host, kind)] of the starts asked for, kind restart or relocate.
-    attempts: dict[str, list[tuple[float, str, str]]] = dataclasses.field(default_factory=dict)
-    # VM -> (when, record revision) of the last step that went out.
-    asked: dict[str, tuple[float, int]] = dataclasses.field(default_factory=dict)
-    # VM -> (when, the usable hosts then) of the VM's failure.
-    failed: dict[str, tuple[float, frozenset]] = dataclasses.field(default_factory=dict)
-    # VM -> when it was first seen meant to run on a failed host (the evacuation's).
-    stranded_since: dict[str, float] = dataclasses.field(default_factory=dict)
-    # The hosts alive at the last look: one back since (a reboot, a crash) took its
-    # VMs down with it, which counts against none of them.
-    alive: set[str] | None = None
-    # VMs recorded on a host when it came back: their first restart there is the
-    # host's return, not a failure of theirs, and is not counted against them.
-    returning: set[str] = dataclasses.field(default_factory=set)
-
-
-def usable_hosts(observed: dict[str, Any]) -> set[str]:
-    """Hosts a VM may be started on (etcd_keys.takes_vms)."""
-    return {name for name, host in observed["hosts"].items() if etcd_keys.takes_vms(host)}
-
-
-def failures_tolerated(observed: dict[str, Any]) -> int | None:
-    """How many more hypervisors may fail, whichever they are, with every HA VM still
-    given a planned spare slot, the hosts out now (down, in maintenance or fenced)
-    counted against the map's failures_to_tolerate: X - out while out <= X; 0 while
-    more are out but all in one failure domain the map plans for; -1 beyond the plan
-    (an HA VM may find no slot). None when the map in etcd does not say its X."""
-    view = observed["vdm"]
-    planned = view.get("failures_to_tolerate")
-    if not isinstance(planned, int) or isinstance(planned, bool):
-        return None
-    hosts = view.get("hosts", {})
-    out = set(hosts) - usable_hosts(observed)
-    if len(out) <= planned:
-        return planned - len(out)
-    domains = {(hosts[h] or {}).get("failure_domain") for h in out}
-    return 0 if view.get("failure_domains_to_tolerate") and len(domains) == 1 \
-        and None not in domains else -1
-
-
-def where_running(observed: dict[str, Any]) -> dict[str, list[str]]:
-    """VM -> hosts whose agent publishes a domain of it (any state: a paused or
-    starting QEMU holds the disk too)."""
-    on: dict[str, list[str]] = {}
-    for host, domains in sorted(observed["domains"].items()):
-        if observed["hosts"].get(host, {}).get("alive"):
-            for vm in domains:
-                on.setdefault(vm, []).append(host)
-    return on
-
-
-def ha_vms(observed: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each provisioned HA VM of the map as the metrics show it: its requested state,
-    its record's state and host, the hosts it runs on, and whether it is down (meant to run,
-    running nowhere alive)."""
-    on = where_running(observed)
-    view = {}
-    for vm, entry in sorted(observed["vdm"].get("vms", {}).items()):
-        found = observed["records"].get(vm)
-        if entry.get("kind") != "ha" or found is None:
-            continue
-        requested = observed["requested"].get(vm, DEFAULT_REQUESTED)
-        view[vm] = {"requested": requested, "record": found[0].get("state", "unknown"),
-                    "host": found[0].get("host") or "", "on": on.get(vm, []), "down": requested == "started" and not on.get(vm)}
-    return view
-
-
-def _size(entry: dict[str, Any]) -> dict[str, float]:
-    return {r: float(entry.get(r, 0) or 0) for r in SIZE_KEYS}
-
-
-def _loads(observed: dict[str, Any], on: dict[str, list[str]]
-           ) -> tuple[dict[str, dict[str, float]], dict[str, list[str]], dict[str, set[str]]]:
-    """Each host's free room, its preemptible VMs and its anti-affinity labels, from
-    what runs there and what etcd records as meant to run there."""
-    view = observed["vdm"]
-    vms = view.get("vms", {})
-    free = {h: {r: float(c.get(r, float("inf"))) for r in SIZE_KEYS}
-            for h, c in view.get("hosts", {}).items()}
-    residents: dict[str, set[str]] = {h: set() for h in free}
-    for vm, hosts in on.items():
-        for host in hosts:
-            residents.setdefault(host, set()).add(vm)
-    for vm, (record, dummy) in observed["records"].items():
-        if record.get("state") in ACTIVE and record.get("host") in residents:
-            residents[record["host"]].add(vm)
-    preemptible: dict[str, list[str]] = {h: [] for h in residents}
-    labels: dict[str, set[str]] = {h: set() for h in residents}
-    for host, names in residents.items():
-        for vm in names:
-            entry = vms.get(vm, {})
-            if host in free:
-                for r, used in _size(entry).items():
-                    free[host][r] -= used
-            if entry.get("kind") == "preemptible":
-                preemptible[host].append(vm)
-            labels[host] |= set(entry.get("anti_affinity", []))
-    return free, preemptible, labels
-
-
-def _fits(need: dict[str, float], room: dict[str, float]) -> bool:
-    return all(room.get(r, float("inf")) >= need[r] for r in SIZE_KEYS)
-
-
-def _make_room(vm: str, host: str, free, preemptible, vms) -> list[str] | None:
-    """The preemptible VMs on `host` to stop so that `vm` fits, lowest priority and
-    largest first; [] when it fits as it is; None when it cannot fit."""
-    need = _size(vms.get(vm, {}))
-    room = dict(free.get(host, {}))
-    stop: list[str] = []
-    for name in sorted(preemptible.get(host, []),
-                       key=lambda n: (int(vms.get(n, {}).get("priority", 0)),
-                                      -_size(vms.get(n, {}))["memory_mb"], n)):
-        if _fits(need, room):
-            break
-        stop.append(name)
-        for r, used in _size(vms.get(name, {})).items():
-            room[r] += used
-    return stop if _fits(need, room) else None
-
-
-def candidates(vm: str, entry: dict[str, Any], usable: set[str], free) -> list[str]:
-    """Where `vm` may go, best first: home, its planned failover chain, then every
-    other usable host it is allowed on, roomiest first."""
-    planned = [entry.get("home")] + list(entry.get("chain", []))
-    allowed = set(entry.get("allowed") or usable)
-    ordered = [h for i, h in enumerate(planned) if h and h not in planned[:i]]
-    others = sorted((h for h in usable if h not in ordered),
-                    key=lambda h: (-free.get(h, {}).get("memory_mb", float("inf")), h))
-    return [h for h in ordered + others if h in usable and h in allowed]
 
 
 def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
@@ -261,18 +84,18 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 memory.attempts.pop(vm, None)
                 memory.returning.add(vm)
     memory.alive = alive
-    free, preemptible, labels = _loads(observed, on)
+    free, preemptible, labels = host_loads(observed, on)
     order = sorted((n for n, e in vms.items() if e.get("kind") == "ha"),
                    key=lambda n: (-int(vms[n].get("priority", 0)), n))
     for vm in order:
         requested = observed["requested"].get(vm, DEFAULT_REQUESTED)
         found = observed["records"].get(vm)
         if requested == "ignored" or found is None:
-            _forget(memory, vm)
+            memory.forget(vm)
             continue
         if requested == "disabled":
             standing[vm] = "disabled: HA does nothing for it"
-            _forget(memory, vm)
+            memory.forget(vm)
             continue
         record, revision = found
         asked = memory.asked.get(vm)
@@ -284,7 +107,7 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
         state, host = record.get("state"), record.get("host")
         running = on.get(vm, [])
         if requested == "stopped":
-            _forget(memory, vm)
+            memory.forget(vm)
             on_failed_host = host in observed["hosts"] and not observed["hosts"][host].get(
                 "alive")
             if running or (state in ACTIVE and not on_failed_host):
@@ -402,12 +225,12 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             if not (returning and step["action"] == "restart"):
                 memory.attempts.setdefault(vm, []).append((now, step["to"], step["action"]))
             # What it takes now counts for the VMs after it (a lower priority).
-            for r, used in _size(vms[vm]).items():
+            for r, used in vm_size(vms[vm]).items():
                 free[step["to"]][r] -= used
             labels[step["to"]] |= set(vms[vm].get("anti_affinity", []))
             for name in step["preempt"]:
                 preemptible[step["to"]].remove(name)
-                for r, used in _size(vms.get(name, {})).items():
+                for r, used in vm_size(vms.get(name, {})).items():
                     free[step["to"]][r] += used
         elif step["action"] == "fail":
             memory.failed[vm] = (now, frozenset(usable))
@@ -454,7 +277,7 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
     for target in candidates(vm, entry, usable, free):
         if target in exclude or mine & labels.get(target, set()):
             continue
-        preempt = _make_room(vm, target, free, preemptible, vms)
+        preempt = make_room(vm, target, free, preemptible, vms)
         if preempt is None:
             continue
         return _step("relocate", vm, record, revision, host=host, to=target, preempt=preempt,
@@ -472,71 +295,3 @@ def _step(action: str, vm: str, record: dict[str, Any], revision: int, host: str
     return {"action": action, "vm": vm, "from": host, "to": to, "hosts": hosts or [],
             "preempt": preempt or [], "record": record, "revision": revision,
             "reason": reason}
-
-
-def _forget(memory: Memory, vm: str) -> None:
-    for table in (memory.down_since, memory.starting_since, memory.attempts, memory.failed,
-                  memory.stranded_since):
-        table.pop(vm, None)
-    memory.returning.discard(vm)
-
-
-def observe(kvs: list[Any], parse) -> dict[str, Any]:
-    """`observed` for decide() from one read of the cluster's keys (etcd KeyValues:
-    hosts/, vms/, requested/, fences/, vdm/ha and ha/disarmed), `parse` being
-    etcd_keys.parse_key bound to the cluster."""
-    observed: dict[str, Any] = {"hosts": {}, "domains": {}, "records": {}, "requested": {},
-                                "restarts": {}, "vdm": {}, "disarmed": False}
-
-    def value(kv) -> Any:
-        try:
-            return json.loads(kv.value)
-        except (TypeError, ValueError):
-            return None
-
-    for kv in kvs:
-        parsed = parse(kv.key)
-        if parsed is None:
-            continue
-        if parsed.kind == "registered":
-            # Kept as the agent wrote it: `stopped` once it stopped cleanly.
-            observed["hosts"].setdefault(parsed.host, {})["registered"] = value(kv)
-        elif parsed.kind in ("alive", "maintenance"):
-            observed["hosts"].setdefault(parsed.host, {})[parsed.kind] = True
-            data = value(kv)
-            if not isinstance(data, dict):
-                continue
-            if parsed.kind == "alive":
-                if data.get("storage"):  # what its agent's storage probe says
-                    observed["hosts"][parsed.host]["storage"] = data["storage"]
-            elif data.get("by") == "agent" and isinstance(data.get("off"), list):
-                # The HA VMs its agent shut down to fail them over as the host went
-                # down: known off, though the host no longer answers.
-                observed["hosts"][parsed.host]["off"] = list(data["off"])
-        elif parsed.kind == "domain":
-            data = value(kv)
-            observed["domains"].setdefault(parsed.host, {})[parsed.vm] = (
-                data.get("state", "running") if isinstance(data, dict) else "running")
-        elif parsed.kind == "restart":
-            data = value(kv)
-            if isinstance(data, dict):
-                observed["restarts"].setdefault(parsed.vm, {})[parsed.host] = data
-        elif parsed.kind == "fence":
-            observed["hosts"].setdefault(parsed.host, {})["fenced"] = True
-        elif parsed.kind == "vm":
-            data = value(kv)
-            if isinstance(data, dict):
-                observed["records"][parsed.vm] = (data, kv.mod_revision)
-        elif parsed.kind == "requested":
-            data = value(kv)
-            state = data.get("state") if isinstance(data, dict) else data
-            if state in REQUESTED_STATES:
-                observed["requested"][parsed.vm] = state
-        elif parsed.kind == "disarmed":
-            observed["disarmed"] = True
-        elif parsed.kind == "vdm_ha":
-            data = value(kv)
-            observed["vdm"] = data if isinstance(data, dict) else {}
-    for host in observed["vdm"].get("hosts", {}):
-        observed["hosts"].setdefault(host, {})
-    return observed

@@ -15,6 +15,10 @@ import json
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_migration import (
+    MigrationPolicy, migrate_live)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import (
+    differences, domain_summary, keep_macs, render_domain_xml, with_uuid)
 
 
 def _text(summary: dict[str, Any] | None) -> str:
@@ -51,7 +55,7 @@ class DomainRun:
         if self.params.get("xml"):
             return self.params["xml"]
         if self.params.get("spec"):
-            return lv.render_domain_xml(self.name, self.params["spec"])
+            return render_domain_xml(self.name, self.params["spec"])
         return None
 
     def run(self) -> dict[str, Any]:
@@ -123,9 +127,9 @@ class DomainRun:
                 # (it was evacuated from it, say): not running, and stale beside the
                 # copy that runs. libvirt refuses to migrate onto another UUID.
                 self._do("undefine stale definition on target", lv.undefine, there)
-            migrated = self._do("migrate live", lv.migrate_live, dom, target,
+            migrated = self._do("migrate live", migrate_live, dom, target,
                                 self.params["timeout"], self.params["migrate_tls"],
-                                lv.MigrationPolicy.from_options(self.params.get("migration")))
+                                MigrationPolicy.from_options(self.params.get("migration")))
             if migrated is None:  # check mode
                 return there
             moved, self.migration = migrated
@@ -148,7 +152,7 @@ class DomainRun:
     def remove(self, dom) -> None:
         if dom is None:
             return
-        self.diff["before"] = _text(lv.domain_summary(lv.xml_of(dom, inactive=True)))
+        self.diff["before"] = _text(domain_summary(lv.xml_of(dom, inactive=True)))
         if dom.isActive():
             self._do("destroy", lv.destroy, dom)
         self._do("undefine", lv.undefine, dom)
@@ -160,7 +164,7 @@ class DomainRun:
                 raise lv.LibvirtAdapterError(
                     f"domain {self.name} is not defined on {self.params['uri']}: give spec "
                     "or xml to define it")
-            summary = lv.domain_summary(desired_xml)
+            summary = domain_summary(desired_xml)
             if summary["name"] != self.name:
                 raise lv.LibvirtAdapterError(f"xml names the domain {summary['name']!r}, "
                                              f"not {self.name!r}")
@@ -168,14 +172,14 @@ class DomainRun:
             dom = self._do("define", lv.define, conn, desired_xml, self.name)
         elif desired_xml is not None:
             current_xml = lv.xml_of(dom, inactive=True)
-            current = lv.domain_summary(current_xml)
-            desired = lv.differences(lv.domain_summary(desired_xml), current)
+            current = domain_summary(current_xml)
+            desired = differences(domain_summary(desired_xml), current)
             if desired["name"] != self.name:
                 raise lv.LibvirtAdapterError(f"xml names the domain {desired['name']!r}, "
                                              f"not {self.name!r}")
             if desired != current:
                 self.diff = {"before": _text(current), "after": _text(desired)}
-                xml = lv.with_uuid(lv.keep_macs(desired_xml, current_xml), dom.UUIDString())
+                xml = with_uuid(keep_macs(desired_xml, current_xml), dom.UUIDString())
                 self._do("redefine", lv.define, conn, xml, self.name)
                 self.pending_restart = bool(dom.isActive())
                 if dom.isActive() and desired["kind"] != lv.domain_kind(dom):

@@ -16,6 +16,8 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import (
+    has_guest_agent_channel)
 
 try:
     import libvirt_qemu
@@ -27,7 +29,7 @@ def agent_state(dom, timeout: int = 2) -> str:
     """`ready`, `not_answering`, `no_channel` or `not_running`."""
     if not dom.isActive():
         return "not_running"
-    if not lv.has_guest_agent_channel(ET.fromstring(dom.XMLDesc(0))):
+    if not has_guest_agent_channel(ET.fromstring(dom.XMLDesc(0))):
         return "no_channel"
     try:
         libvirt_qemu.qemuAgentCommand(dom, json.dumps({"execute": "guest-ping"}), timeout, 0)

@@ -21,7 +21,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     EtcdClient, KeyValue)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
-    FENCE_LIFT_MARK, fence_stands, to_json)
+    FENCE_LIFT_MARK, fence_lift_mark, fence_stands, fence_unmarked, to_json)
 
 # A host's fence is two things changed together: its entries in Ceph's blocklist and
 # its record in etcd (fences/<host>). Ceph knows nothing of etcd's revisions, so a run
@@ -145,19 +145,12 @@ class FenceInfo:
                 "not_fenced": sorted(wanted - set(entries))}
 
 
-def _unmarked(record: Any) -> Any:
-    """A fence record without its lift mark."""
-    if isinstance(record, dict):
-        return {k: v for k, v in record.items() if k != FENCE_LIFT_MARK}
-    return record
-
-
 def _same_fence(found: KeyValue | None, value: Any) -> bool:
     """Whether the record `found` is the fence `value` describes, written before."""
     held = found.json() if found else None
     return (fence_stands(held) and isinstance(value, dict)
             and {k: v for k, v in held.items() if k != "since"}
-            == {k: v for k, v in _unmarked(value).items() if k != "since"})
+            == {k: v for k, v in fence_unmarked(value).items() if k != "since"})
 
 
 def _addresses(record: Any) -> list[str]:
@@ -168,12 +161,6 @@ def _listed(cluster, record: Any) -> list[str]:
     """The blocklist entries of the fence `record` that Ceph has now."""
     listed = cluster.blocklist()
     return [e for e in ceph.fence_addresses(_addresses(record)) if e in listed]
-
-
-def _mark(record: Any) -> dict[str, Any] | None:
-    """A fence record's lift mark, if it has one."""
-    mark = record.get(FENCE_LIFT_MARK) if isinstance(record, dict) else None
-    return mark if isinstance(mark, dict) else None
 
 
 class HostFenceRun(FenceRun):
@@ -241,7 +228,7 @@ class HostFenceRun(FenceRun):
         seen: dict[int, float] = {}  # mark's revision -> when first seen
         while True:
             found = store.get(key)
-            mark = _mark(found.json()) if found else None
+            mark = fence_lift_mark(found.json()) if found else None
             lease = mark.get("lease") if mark else None
             first = seen.setdefault(found.mod_revision, time.monotonic()) if found else 0.0
             if (not lease or time.monotonic() - first > LIFT_TTL
@@ -275,7 +262,7 @@ class HostFenceRun(FenceRun):
                 old = found[r["key"]]
                 kept = [a for a in _addresses(old.json() if old else None)
                         if a not in _addresses(r["value"])]
-                value = {**_unmarked(r["value"]), "since": stamp}
+                value = {**fence_unmarked(r["value"]), "since": stamp}
                 if kept:
                     value["ceph_addrs"] = _addresses(r["value"]) + kept
                 if store.put_if(r["key"], to_json(value),
@@ -322,14 +309,14 @@ class HostFenceRun(FenceRun):
         if found is None:
             return  # lifted already
         held = found.json()
-        mark = _mark(held)
+        mark = fence_lift_mark(held)
         if mark and mark.get("lease") and store.lease_info(
                 int(mark["lease"]), keys=False) is not None:
             raise CephError(f"{key}: another run is lifting this fence (since "
                             f"{mark.get('since')}); nothing was lifted")
-        if _unmarked(held) != _unmarked(record["value"]):
+        if fence_unmarked(held) != fence_unmarked(record["value"]):
             raise CephError(f"{key}: the fence changed since it was read (it now says "
-                            f"{to_json(_unmarked(held))}): a newer fence stands, and "
+                            f"{to_json(fence_unmarked(held))}): a newer fence stands, and "
                             "nothing was lifted")
         if self.check_mode:
             entries = _listed(cluster, held)
@@ -339,7 +326,7 @@ class HostFenceRun(FenceRun):
             return
         started = time.monotonic()
         lease = store.grant_lease(LIFT_TTL)
-        marked = store.put_if(key, to_json({**_unmarked(held), FENCE_LIFT_MARK: {
+        marked = store.put_if(key, to_json({**fence_unmarked(held), FENCE_LIFT_MARK: {
             "lease": lease.id, "since": cluster_events.timestamp()}}),
             mod_revision=found.mod_revision, while_exists=record["alive"])
         if not marked.succeeded:
@@ -378,7 +365,7 @@ class HostFenceRun(FenceRun):
         store.revoke_lease(lease.id)
         if not deleted.succeeded:
             current = deleted.current.json() if deleted.current else None
-            if isinstance(current, dict) and not _mark(current):
+            if isinstance(current, dict) and not fence_lift_mark(current):
                 # A newer fence, recorded against the lease (by hand, say): its entries
                 # go back, whatever this removed.
                 self.blocklist(cluster, ceph.fence_addresses(_addresses(current)), result)
@@ -399,7 +386,7 @@ class HostFenceRun(FenceRun):
         """Put back a lift that could not finish: its record unmarked and, if that
         write wins, the entries it tried to remove (removals that all landed while its
         lease lived, so before any newer fence). Then end its lease."""
-        if store.put_if(key, to_json(_unmarked(held)), mod_revision=revision).succeeded \
+        if store.put_if(key, to_json(fence_unmarked(held)), mod_revision=revision).succeeded \
                 and tried:
             cluster.blocklist_add_all(tried, self.params["expire"])
             cluster.wait_for_latest_map()

@@ -28,8 +28,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
     ceph_addrs, images_of, preempt_step)
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import (
-    REQUESTED_STATES, STEP_ACTIONS)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import STEP_ACTIONS
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
+    REQUESTED_STATES)
 
 
 class RecoveryError(Exception):

@@ -286,7 +286,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states 
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import (
-    STEP_ACTIONS, Memory, Policy, decide, failures_tolerated, ha_vms, observe)
+    STEP_ACTIONS, decide)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
+    failures_tolerated, ha_vms, observe)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
+    Memory, Policy)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import libvirt
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import MigrationPolicy
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_migration import (
+    MigrationPolicy)
 
 
 def test_unset_options_keep_qemus_behaviour():

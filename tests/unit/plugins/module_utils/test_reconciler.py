@@ -12,8 +12,11 @@ from hypothesis import strategies as st
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import KeyValue
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import (
-    Memory, Policy, decide, failures_tolerated, ha_vms, observe, usable_hosts)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import decide
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
+    failures_tolerated, ha_vms, observe, usable_hosts)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
+    Memory, Policy)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import ha_view
 
 HOSTS = ("hv1", "hv2", "hv3")

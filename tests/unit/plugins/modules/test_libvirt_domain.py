@@ -11,6 +11,8 @@ import libvirt
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import (
+    GUEST_AGENT_CHANNEL, domain_summary, render_domain_xml)
 from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_domain import (
     DomainRun)
 
@@ -83,7 +85,7 @@ def test_check_mode_reports_and_changes_nothing(conn):
 def test_a_changed_spec_redefines_with_a_diff_and_keeps_uuid_and_mac(conn):
     run()
     dom = conn.lookupByName("vm1")
-    uuid, mac = dom.UUIDString(), lv.domain_summary(dom.XMLDesc(0))["nics"][0]["mac"]
+    uuid, mac = dom.UUIDString(), domain_summary(dom.XMLDesc(0))["nics"][0]["mac"]
     spec = copy.deepcopy(SPEC)
     spec["memory_mb"] = 256
     result = run(spec=spec)
@@ -92,7 +94,7 @@ def test_a_changed_spec_redefines_with_a_diff_and_keeps_uuid_and_mac(conn):
     assert '"memory_mb": 128' in result["diff"]["before"]
     assert '"memory_mb": 256' in result["diff"]["after"]
     dom = conn.lookupByName("vm1")
-    inactive = lv.domain_summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
+    inactive = domain_summary(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE))
     assert dom.UUIDString() == uuid and inactive["nics"][0]["mac"] == mac
     assert inactive["memory_mb"] == 256
     assert not run(spec=spec)["changed"]
@@ -112,7 +114,7 @@ def test_shutdown_destroyed_and_absent(conn):
 
 
 def test_raw_xml_defines_and_is_compared_by_settings_not_text(conn):
-    xml = lv.render_domain_xml("vm1", SPEC)
+    xml = render_domain_xml("vm1", SPEC)
     assert run(spec=None, xml=xml, state="present")["actions"] == ["define"]
     # libvirt's expanded XML of the same domain is no change.
     expanded = conn.lookupByName("vm1").XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
@@ -217,7 +219,7 @@ def test_the_vm_kind_is_kept_in_the_domain_metadata_and_compared(conn):
     run(spec={**copy.deepcopy(SPEC), "kind": "ha"})
     dom = conn.lookupByName("vm1")
     assert lv.domain_kind(dom) == "ha"
-    assert lv.domain_summary(dom.XMLDesc())["kind"] == "ha"
+    assert domain_summary(dom.XMLDesc())["kind"] == "ha"
     assert not run(spec={**copy.deepcopy(SPEC), "kind": "ha"})["changed"]
     changed = run(spec={**copy.deepcopy(SPEC), "kind": "plain"})
     # The running domain takes the new kind at once, for the self-fence.
@@ -276,8 +278,8 @@ def test_a_guest_that_shuts_down_in_time_is_not_destroyed(conn):
 def test_the_guest_agent_channel_is_defined_when_asked_for_and_compared(conn):
     run(spec={**SPEC, "guest_agent": True})
     xml = conn.lookupByName("vm1").XMLDesc(0)
-    assert lv.GUEST_AGENT_CHANNEL in xml
-    assert lv.domain_summary(xml)["guest_agent"] is True
+    assert GUEST_AGENT_CHANNEL in xml
+    assert domain_summary(xml)["guest_agent"] is True
     assert not run(spec={**SPEC, "guest_agent": True})["changed"]
     assert run(spec={**SPEC, "guest_agent": False})["pending_restart"]
 
@@ -309,7 +311,7 @@ def test_a_guest_that_panics_is_reset_in_place_unless_it_is_to_be_destroyed(conn
     run()
     xml = conn.lookupByName("vm1").XMLDesc(0)
     assert "<on_crash>restart</on_crash>" in xml and "<panic model='isa'" in xml
-    assert lv.domain_summary(xml)["on_crash"] == "restart"
+    assert domain_summary(xml)["on_crash"] == "restart"
     assert not run()["changed"]
     destroyed = run(spec={**SPEC, "on_crash": "destroy"})
     assert destroyed["changed"] and destroyed["pending_restart"]
@@ -321,7 +323,7 @@ def test_a_watchdog_device_is_defined_when_asked_for_and_compared(conn):
     run(spec={**SPEC, "watchdog": True})
     xml = conn.lookupByName("vm1").XMLDesc(0)
     assert "<watchdog model='i6300esb' action='reset'" in xml
-    assert lv.domain_summary(xml)["watchdog"] is True
+    assert domain_summary(xml)["watchdog"] is True
     assert not run(spec={**SPEC, "watchdog": True})["changed"]
     assert run(spec={**SPEC, "watchdog": False})["pending_restart"]
 
@@ -330,5 +332,5 @@ def test_raw_xml_without_on_crash_is_libvirts_default_and_a_rerun_changes_nothin
     xml = ("<domain type='test'><name>vm1</name><memory unit='MiB'>64</memory><vcpu>1</vcpu>"
            "<os><type>hvm</type></os></domain>")
     assert run(spec=None, xml=xml)["changed"]
-    assert lv.domain_summary(xml)["on_crash"] == "destroy"
+    assert domain_summary(xml)["on_crash"] == "destroy"
     assert not run(spec=None, xml=xml)["changed"]

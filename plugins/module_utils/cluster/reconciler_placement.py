@@ -1,0 +1,81 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Where the HA reconciler may start a VM: each host's free room, preemptible VMs and
+anti-affinity labels, from what runs there and what etcd records as meant to run
+there; the preemptible VMs to stop to make room; the hosts to try, best first. Pure
+Python, no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
+
+SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
+
+
+def vm_size(entry: dict[str, Any]) -> dict[str, float]:
+    return {r: float(entry.get(r, 0) or 0) for r in SIZE_KEYS}
+
+
+def host_loads(observed: dict[str, Any], on: dict[str, list[str]]) -> tuple[
+        dict[str, dict[str, float]], dict[str, list[str]], dict[str, set[str]]]:
+    """Each host's free room, its preemptible VMs and its anti-affinity labels, from
+    what runs there and what etcd records as meant to run there."""
+    view = observed["vdm"]
+    vms = view.get("vms", {})
+    free = {h: {r: float(c.get(r, float("inf"))) for r in SIZE_KEYS}
+            for h, c in view.get("hosts", {}).items()}
+    residents: dict[str, set[str]] = {h: set() for h in free}
+    for vm, hosts in on.items():
+        for host in hosts:
+            residents.setdefault(host, set()).add(vm)
+    for vm, (record, dummy) in observed["records"].items():
+        if record.get("state") in ACTIVE and record.get("host") in residents:
+            residents[record["host"]].add(vm)
+    preemptible: dict[str, list[str]] = {h: [] for h in residents}
+    labels: dict[str, set[str]] = {h: set() for h in residents}
+    for host, names in residents.items():
+        for vm in names:
+            entry = vms.get(vm, {})
+            if host in free:
+                for r, used in vm_size(entry).items():
+                    free[host][r] -= used
+            if entry.get("kind") == "preemptible":
+                preemptible[host].append(vm)
+            labels[host] |= set(entry.get("anti_affinity", []))
+    return free, preemptible, labels
+
+
+def _fits(need: dict[str, float], room: dict[str, float]) -> bool:
+    return all(room.get(r, float("inf")) >= need[r] for r in SIZE_KEYS)
+
+
+def make_room(vm: str, host: str, free, preemptible, vms) -> list[str] | None:
+    """The preemptible VMs on `host` to stop so that `vm` fits, lowest priority and
+    largest first; [] when it fits as it is; None when it cannot fit."""
+    need = vm_size(vms.get(vm, {}))
+    room = dict(free.get(host, {}))
+    stop: list[str] = []
+    for name in sorted(preemptible.get(host, []),
+                       key=lambda n: (int(vms.get(n, {}).get("priority", 0)),
+                                      -vm_size(vms.get(n, {}))["memory_mb"], n)):
+        if _fits(need, room):
+            break
+        stop.append(name)
+        for r, used in vm_size(vms.get(name, {})).items():
+            room[r] += used
+    return stop if _fits(need, room) else None
+
+
+def candidates(vm: str, entry: dict[str, Any], usable: set[str], free) -> list[str]:
+    """Where `vm` may go, best first: home, its planned failover chain, then every
+    other usable host it is allowed on, roomiest first."""
+    planned = [entry.get("home")] + list(entry.get("chain", []))
+    allowed = set(entry.get("allowed") or usable)
+    ordered = [h for i, h in enumerate(planned) if h and h not in planned[:i]]
+    others = sorted((h for h in usable if h not in ordered),
+                    key=lambda h: (-free.get(h, {}).get("memory_mb", float("inf")), h))
+    return [h for h in ordered + others if h in usable and h in allowed]
