@@ -13,8 +13,8 @@ import pytest
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     EtcdClient, EtcdError)
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
-    Agent, AgentConfig)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 
 from .conftest import closed_port_url
 from .test_agent_start import URI, Running

@@ -17,8 +17,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.agent import agent_r
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
-    Agent, AgentConfig)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 
 from .conftest import wait_for
 from .test_agent_start import MARGIN, TTL, URI, domain_xml

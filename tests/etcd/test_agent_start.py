@@ -17,8 +17,8 @@ import libvirt
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
-    Agent, AgentConfig)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 
 from .conftest import closed_port_url, wait_for
 

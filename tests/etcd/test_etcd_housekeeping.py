@@ -19,8 +19,8 @@ from yasco_lab.etcd import housekeeping_flags
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     EtcdClient, EtcdError, NoSpace)
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
-    AgentConfig, Agent)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 
 from .conftest import (ROOT, Started, ansible_env, parse_run, playbook_command, start_etcd,
                        stop, wait_for, wait_until_serving)

@@ -26,8 +26,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster import (
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys, metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
-    Agent, AgentConfig, ConfigError, _start_libvirt_event_loop)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import (
+    AgentConfig, ConfigError)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.domain_watch import (
+    start_libvirt_event_loop)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 
 from ..test_grafana_dashboard import dashboard_queries
 from .conftest import ROOT, CuttableLink, free_port, wait_for
@@ -112,7 +115,7 @@ def start_agent(endpoint: str, cluster: str, listen: str) -> Agent:
                          metrics_listen=listen)
     config.check("test")
     agent = Agent(config)
-    _start_libvirt_event_loop()  # as run() does: the publisher follows domain events
+    start_libvirt_event_loop()  # as run() does: the publisher follows domain events
     agent.serve_metrics()
     for target in (agent.heartbeat, agent.fencer, agent.publisher):
         threading.Thread(target=target, daemon=True).start()

@@ -7,9 +7,9 @@ timeout. Closing it after writing the magic character `V` stops it, unless the d
 was loaded with nowayout=1; closing it any other way (a crash, a kill) leaves it
 counting.
 
-Used by the hypervisor agent (host_agent): the timer runs while the host holds a lease
-its HA VMs could be started elsewhere on, so an agent that hangs resets the host
-before that lease can expire. Imports nothing of Ansible.
+Used by the hypervisor agent (host_agent opens it, self_fence pets it): the timer runs
+while the host holds a lease its HA VMs could be started elsewhere on, so an agent
+that hangs resets the host before that lease can expire. Imports nothing of Ansible.
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ except ImportError:
 # The object each probe stats; it need not exist. Every host stats the same one, so
 # that an object whose placement group is stuck shows on every host alike.
 PROBE_OBJECT = "yasco.storage-probe"
+# How often the agent probes Ceph, and how long one probe may take before it counts
+# as not reached, in seconds.
+PROBE_EVERY = 2.0
+PROBE_TIMEOUT = 5.0
 # What a host's liveness value says of its storage: probed and reached (or fenced),
 # not reached for `grace` seconds, or not probed.
 REACHED, LOST = "ok", STORAGE_LOST

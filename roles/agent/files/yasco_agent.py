@@ -5,8 +5,9 @@ yasco-agent by the role yasco.cluster.agent (and by the lab on its hypervisors):
 
     python3 yasco_agent.py [--config /etc/yasco/agent.yml] [--log-level INFO]
 
-The agent itself is plugins/module_utils/agent/host_agent.py of the collection, imported
-from YASCO_AGENT_LIB (where the role installs it). Exits 2 on a bad configuration.
+The agent itself is plugins/module_utils/agent/ of the collection (host_agent.py puts
+it together; agent_config.py reads its configuration), imported from YASCO_AGENT_LIB
+(where the role installs it). Exits 2 on a bad configuration.
 """
 
 import argparse
@@ -19,8 +20,12 @@ import threading
 
 sys.path.insert(0, os.environ.get("YASCO_AGENT_LIB", "/usr/lib/yasco-agent"))
 
-# pylint: disable-next=wrong-import-position
-from ansible_collections.yasco.cluster.plugins.module_utils.agent import host_agent  # noqa: E402
+# pylint: disable=wrong-import-position
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import (  # noqa: E402
+    agent_config, agent_state, host_agent)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import (  # noqa: E402
+    libvirt as lv)
+# pylint: enable=wrong-import-position
 
 
 def main(argv=None):
@@ -32,11 +37,11 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
     try:
-        config = host_agent.load_config(args.config)
-    except host_agent.ConfigError as err:
+        config = agent_config.load_config(args.config)
+    except agent_config.ConfigError as err:
         sys.stderr.write(f"yasco-agent: {err}\n")
         return 2
-    if host_agent.lv.libvirt is None:
+    if lv.libvirt is None:
         sys.stderr.write("yasco-agent: libvirt-python is missing (Debian: python3-libvirt)\n")
         return 2
     config.address = config.address or socket.gethostname()
@@ -47,7 +52,7 @@ def main(argv=None):
     signal.signal(signal.SIGINT, lambda *dummy: asked.set())
     threading.Thread(target=lambda: (asked.wait(), agent.stop()), daemon=True).start()
     host_agent.LOG.info("yasco-agent %s for %s: ttl %s s, self-fence %s s after the last "
-                        "keepalive", host_agent.VERSION, config.host, config.ttl,
+                        "keepalive", agent_state.VERSION, config.host, config.ttl,
                         config.ttl - config.margin)
     agent.run()
     return 0

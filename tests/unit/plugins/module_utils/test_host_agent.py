@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.yasco.cluster.plugins.module_utils.agent import host_agent
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import (
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import (
+    host_agent, planned_stop, self_fence)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import (
     AgentConfig, ConfigError)
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -86,7 +87,7 @@ def test_the_watchdog_timeout_defaults_to_the_longest_that_resets_in_time():
 ])
 def test_the_watchdog_is_petted_only_while_a_reset_would_come_before_expiry(
         now, holding, may):
-    assert host_agent.watchdog_may_pet(now, last_ok=0.0, ttl=5.0, margin=1.5, timeout=3,
+    assert self_fence.watchdog_may_pet(now, last_ok=0.0, ttl=5.0, margin=1.5, timeout=3,
                                        holding=holding) is may
 
 
@@ -108,11 +109,11 @@ def test_the_shutdown_intent_comes_from_its_file_before_systemd(tmp_path):
     intent = tmp_path / "shutdown"
     for said in ("reboot", "poweroff"):
         intent.write_text(f"{said}\n")
-        assert host_agent.shutdown_intent(str(intent)) == said
+        assert planned_stop.shutdown_intent(str(intent)) == said
     intent.write_text("nonsense\n")
     # No such word, and no systemd here with a shutdown queued: only the agent stops.
-    assert host_agent.shutdown_intent(str(intent)) is None
-    assert host_agent.shutdown_intent(str(tmp_path / "absent")) is None
+    assert planned_stop.shutdown_intent(str(intent)) is None
+    assert planned_stop.shutdown_intent(str(tmp_path / "absent")) is None
 
 
 def test_endpoints_may_be_a_comma_separated_string():
