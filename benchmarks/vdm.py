@@ -61,12 +61,14 @@ from vdm_families import Family, families, large  # noqa: E402
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import (  # noqa: E402
     check)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (  # noqa: E402
+    load_problem)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (  # noqa: E402
-    Plan, Problem, load_problem)
+    Plan, Problem, VdmInfeasible, VdmNotFound)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planted import (  # noqa: E402
     Planted, planted)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (  # noqa: E402
-    VdmInfeasible, VdmNotFound, plan)
+    plan)
 
 RESOURCES = ("vcpus", "memory_mb")
 

@@ -16,7 +16,7 @@ from matplotlib.image import imread
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_document
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 from tests.ansible_run import local_play, run_playbook
 from tests.unit.plugins.module_utils.report_sample import HOSTS, VMS

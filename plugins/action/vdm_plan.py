@@ -23,10 +23,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_d
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_quorum import (
     quorum_problem)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (
+    VdmInputError, headline, load_problem)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
-    OBJECTIVES, VdmInputError, headline, load_problem, problem_digest)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
-    VdmInfeasible, VdmNotFound, np, plan)
+    OBJECTIVES, VdmInfeasible, VdmNotFound, problem_digest)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import np, plan
 
 ARGUMENT_SPEC = {
     "group": {"type": "str", "default": "yasco_hypervisors"},

@@ -13,7 +13,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_document
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 
 from .conftest import BIN, ROOT, ansible_env

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planted import planted
 
 from ..ansible_run import ROOT, run_playbook

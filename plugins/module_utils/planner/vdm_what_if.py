@@ -24,10 +24,11 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (
     VdmInputError, load_problem)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
-    VdmInfeasible, VdmNotFound, plan)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+    VdmInfeasible, VdmNotFound)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 
 SYNTAX = ("add-host:VCPUS:MEMORY_MB, remove-host:NAME or "
           "add-vms:COUNT:VCPUS:MEMORY_MB[:ha|plain|preemptible]")

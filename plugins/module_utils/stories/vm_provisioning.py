@@ -18,10 +18,10 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import json_or_none
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import ON_CRASH
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (
     problems_text, vm_field)
 
-# The VM fields provisioning reads (the planner's fields are checked by vdm_model).
+# The VM fields provisioning reads (the planner's fields are checked by vdm_inventory).
 BOOT_KEYS = {"image", "disk_gb", "kernel", "initrd", "cmdline", "networks", "cloud_init",
              "autostart_on_home", "guest_agent", "on_crash", "watchdog"}
 CLOUD_INIT_KEYS = {"user_data", "meta_data", "network_config"}

@@ -7,7 +7,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.filter.vdm import vdm_failover, vdm_failure_key
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import build
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 
 HOSTVARS = {f"hv{i}": {"yasco_capacity": {"vcpus": 8, "memory_mb": 8192}} for i in (1, 2, 3, 4)}

@@ -16,7 +16,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_repor
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_incident import (
     latest_incident)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 
 from .report_sample import HOSTS, VMS

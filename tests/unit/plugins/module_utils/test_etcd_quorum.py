@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_quorum import (
     members_by_hypervisor, quorum_problem)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 
 ADDRESSES = {f"hv{i}": {f"hv{i}", f"10.0.0.1{i}"} for i in range(1, 6)}
 

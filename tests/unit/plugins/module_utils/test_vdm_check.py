@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import load_problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 
 HOSTVARS = {h: {"yasco_capacity": {"vcpus": 8, "memory_mb": 8192}} for h in ("hv1", "hv2", "hv3")}
 VMS = {

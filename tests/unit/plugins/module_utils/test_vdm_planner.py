@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (
     VdmInputError, load_problem)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
-    VdmInfeasible, plan)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import VdmInfeasible
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 
 
 def as_vdm(result):

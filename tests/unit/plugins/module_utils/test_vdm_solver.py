@@ -10,14 +10,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_planner, vdm_solver
+from ansible_collections.yasco.cluster.plugins.module_utils.planner import (
+    vdm_exact_model, vdm_planner, vdm_repair, vdm_solver)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_chains import plan_of
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
-    failure_set_key, load_problem)
+    VdmInfeasible, VdmNotFound, failure_set_key)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planted import (
     overloaded, planted)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
-    VdmInfeasible, VdmNotFound, _plan_of, _state_of, plan)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import _state_of, plan
 
 # Hosts of 16 to 64 GB: a hundred VMs or so, planned in well under a second.
 SMALL = 0.25
@@ -75,7 +77,7 @@ def test_greedy_alone_misses_plans_on_mixed_hardware_that_the_exact_search_finds
 ], ids=["mixed", "X=2", "anti-affinity", "racks", "no preemptible"])
 def test_the_repair_plans_what_the_greedy_search_left_when_the_exact_model_is_too_large(
         hosts, family, monkeypatch):
-    monkeypatch.setattr(vdm_solver, "MAX_VARIABLES", 0)  # every model is too large
+    monkeypatch.setattr(vdm_exact_model, "MAX_VARIABLES", 0)  # every model is too large
     repaired = []
     for seed in SEEDS:
         problem = problem_of(planted(seed, hosts, fill=0.98, scale=SMALL, **family))
@@ -117,12 +119,12 @@ def test_on_a_replan_the_repair_moves_vms_back_where_they_were_and_loses_none():
         for key, chosen in fresh.failover.items():
             for name, target in chosen.items():
                 targets.setdefault(name, {})[keys[key]] = target
-        repaired = vdm_solver.repair(problem, fresh.home, targets, 20,
+        repaired = vdm_repair.repair(problem, fresh.home, targets, 20,
                                      previous_home=previous, seed=seed, workers=1)
         assert repaired.status == "plan" and set(repaired.home) == set(problem.vms)
         after = sum(repaired.home[n] != h for n, h in previous.items())
         assert after < before, (seed, before, after)
-        assert check(problem, as_vdm(_plan_of(_state_of(problem, repaired), problem))) == []
+        assert check(problem, as_vdm(plan_of(_state_of(problem, repaired), problem))) == []
 
 
 def test_the_repair_keeps_anti_affinity_with_the_vms_it_holds_fixed():
@@ -131,7 +133,7 @@ def test_the_repair_keeps_anti_affinity_with_the_vms_it_holds_fixed():
     problem = _five_hosts(1, {"u": _vm(["h1", "h5"], ["L"]),
                               "f": _vm(["h5"], ["L"], ha=False)})
     for seed in range(8):
-        outcome = vdm_solver.repair(problem, {"f": "h5"}, {}, 1.0, seed=seed, workers=1)
+        outcome = vdm_repair.repair(problem, {"f": "h5"}, {}, 1.0, seed=seed, workers=1)
         assert outcome.status == "unknown" and "u" not in outcome.home
 
 
@@ -149,9 +151,9 @@ def test_the_repair_keeps_anti_affinity_with_the_failovers_it_holds_fixed():
         targets[name][frozenset(["h5"])] = first
         targets[name][frozenset(["h5", first])] = "h4"
     for seed in range(8):
-        outcome = vdm_solver.repair(problem, home, targets, 10.0, seed=seed, workers=1)
+        outcome = vdm_repair.repair(problem, home, targets, 10.0, seed=seed, workers=1)
         assert outcome.status == "plan"
-        result = _plan_of(_state_of(problem, outcome), problem)
+        result = plan_of(_state_of(problem, outcome), problem)
         assert check(problem, as_vdm(result)) == []
 
 
@@ -306,7 +308,7 @@ def test_a_model_too_large_to_search_in_a_minute_is_refused_with_its_size():
     vms = {f"vm{i}": {"vcpus": 1 + i % 4, "memory_mb": 1024 * (1 + i % 4), "ha": True}
            for i in range(400)}
     problem = load_problem(hostvars, {"yasco_vms": vms, "yasco_failures_to_tolerate": 2})
-    reason = vdm_solver.supported(problem)
+    reason = vdm_exact_model.supported(problem)
     assert reason and re.search(r"about [\d,]+ variables \(60 hosts, 1830 failure sets\)",
                                 reason), reason
 

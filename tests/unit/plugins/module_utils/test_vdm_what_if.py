@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import VdmInputError
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import VdmInputError
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_what_if import (
     table, what_if)
 

@@ -6,8 +6,9 @@ import copy
 
 import pytest
 
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
-    VdmInputError, failure_set_key, load_problem)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (
+    VdmInputError, load_problem)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import failure_set_key
 
 HOSTVARS = {
     "hv1": {"yasco_capacity": {"vcpus": 8, "memory_mb": 16384, "net_mbps": 10000},

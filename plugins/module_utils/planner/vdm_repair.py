@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright: YASCO developers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The repair of a partial VDM plan: a large-neighbourhood search with the exact model.
+
+The exact model (vdm_exact_model) also repairs a partial plan where the exact search
+is too slow or its model too large (`repair`): a large-neighbourhood search that frees
+the VMs of a few hosts at a time (a `Window`), holds the rest of the plan fixed as
+load on each host and on each host under each failure set, and solves the window
+exactly. The planner calls it on the partial plan where the greedy search stopped:
+it often finds a plan, but never proves there is none.
+
+Pure Python and OR-Tools, no I/O and no Ansible.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+
+try:
+    from ortools.sat.python import cp_model
+except ImportError:  # the planner reports the missing library
+    cp_model = None
+
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_model import (
+    SCALE, ExactModel, Window)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import Problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_solver import (
+    Outcome, hint, read)
+
+# The repair's windows: how many hosts each frees, and how long each may search; and
+# how many windows in a row may bring no moved VM back before it stops trying.
+WINDOW_HOSTS = 4
+WINDOW_SECONDS = 5.0
+SETTLE_TRIES = 6
+
+
+def _fill(model: ExactModel) -> None:
+    """Look for the plan that gives homes to the most memory of firm VMs, then
+    keeps the most VMs where they were (`keep`), then gives homes to the most
+    memory of preemptible VMs (a window's: they need only room at home, which firm
+    VMs need first)."""
+    memory = {c: max(1, model.need[c].get("memory_mb", 0) // SCALE) for c in model.shapes}
+    # Each term outweighs all that follow it.
+    per_stay = 1 + sum(memory[c] * len(model.vms_of[c])
+                       for c in model.shapes if c.preemptible)
+    per_firm = per_stay * (1 + sum(count for dummy, dummy, count in model.stay))
+    model.model.maximize(cp_model.LinearExpr.weighted_sum(
+        list(model.home.values()) + [stay for stay, dummy, dummy in model.stay],
+        [memory[c] * (1 if c.preemptible else per_firm) for c, dummy in model.home]
+        + [per_stay] * len(model.stay)))
+
+
+def _window_hosts(problem: Problem, home: dict[str, str],
+                  targets: dict[str, dict[frozenset[str], str]],
+                  rng: random.Random) -> frozenset[str]:
+    """Where to look next: a host where a VM without a home may go, drawn by the
+    memory it has free at home, with the failure set that brings it most (whose VMs
+    may then go elsewhere), and hosts drawn at random up to WINDOW_HOSTS."""
+    vm = problem.vms[rng.choice(sorted(set(problem.vms) - set(home)))]
+    hosts = sorted(problem.hosts)
+    free = {h: problem.hosts[h].memory_mb for h in hosts}
+    for name, h in home.items():
+        free[h] -= problem.vms[name].memory_mb
+    allowed = [vm.home] if vm.home else sorted(vm.allowed)
+    first = rng.choices(allowed, [max(free[h], 0) + 1 for h in allowed])[0]
+    brought: Counter = Counter()
+    for name, chosen in targets.items():
+        for failed, t in chosen.items():
+            if t == first:
+                brought[failed] += problem.vms[name].memory_mb
+    window = {first, *(max(brought, key=brought.get) if brought else ())}
+    rest = [h for h in hosts if h not in window]
+    return frozenset([*window, *rng.sample(rest, max(0, min(WINDOW_HOSTS - len(window),
+                                                            len(rest))))])
+
+
+def _settle_hosts(problem: Problem, home: dict[str, str], moved: list[str],
+                  previous_home: dict[str, str], rng: random.Random) -> frozenset[str]:
+    """Where to look for VMs to move back: the host a moved VM left and the one it is
+    on, the hosts other moved VMs left or went to, then hosts drawn at random, up to
+    WINDOW_HOSTS."""
+    name = rng.choice(moved)
+    window = {h for h in (previous_home[name], home[name]) if h in problem.hosts}
+    others = sorted({h for n in moved for h in (previous_home[n], home[n])
+                     if h in problem.hosts} - window)
+    window.update(rng.sample(others, min(len(others), max(0, WINDOW_HOSTS - len(window)))))
+    rest = sorted(set(problem.hosts) - window)
+    window.update(rng.sample(rest, min(len(rest), max(0, WINDOW_HOSTS - len(window)))))
+    return frozenset(window)
+
+
+def _moved(home: dict[str, str], previous_home: dict[str, str]) -> list[str]:
+    return sorted(n for n, h in previous_home.items() if n in home and home[n] != h)
+
+
+def repair(problem: Problem, home: dict[str, str],
+           targets: dict[str, dict[frozenset[str], str]], time_limit: float,
+           previous_home: dict[str, str] | None = None, seed: int = 0,
+           workers: int | None = None) -> Outcome:
+    """Complete the partial plan `home` and `targets` (where the greedy search stopped)
+    within `time_limit` seconds: a large-neighbourhood search. Each step frees the VMs
+    at home on a few hosts (`_window_hosts`) and the VMs without a home that may go
+    there, holds the rest of the plan fixed as load, and solves that window exactly,
+    giving homes to as much memory of firm VMs as it can, then leaving VMs at
+    `previous_home` where it can, then giving homes to preemptible VMs; firm VMs that
+    had a home keep one. It stops when every VM has a home ("plan") or
+    the time is up ("unknown", with the VMs it placed); it proves nothing.
+
+    With `previous_home`, once every VM has a home it goes on to move VMs back where
+    they were, with windows drawn around the hosts moved VMs left and went to, in
+    which every VM keeps a home: until none is moved, SETTLE_TRIES windows in a row
+    bring none back, or the time is up."""
+    start = time.perf_counter()
+    if cp_model is None:
+        return Outcome("unsupported", reason="the repair needs the Python library ortools")
+    rng = random.Random(seed)
+    home = {n: h for n, h in home.items() if n in problem.vms}
+    targets = {n: dict(t) for n, t in targets.items() if n in home}
+
+    def left() -> float:
+        return time_limit - (time.perf_counter() - start)
+
+    steps, idle = 0, 0
+    moved = _moved(home, previous_home or {})
+    while left() > 0.1:
+        complete = len(home) == len(problem.vms)
+        if complete and (not moved or idle >= SETTLE_TRIES):
+            break
+        steps += 1
+        window = (Window(_settle_hosts(problem, home, moved, previous_home or {}, rng), home,
+                         targets, keep_all=True) if complete
+                  else Window(_window_hosts(problem, home, targets, rng), home, targets))
+        model = ExactModel(problem, window)
+        hint(model, home, targets)
+        if previous_home:
+            model.keep(previous_home)
+        _fill(model)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+        solver.parameters.max_time_in_seconds = min(WINDOW_SECONDS, left())
+        solver.parameters.random_seed = rng.randrange(1 << 16)
+        if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            idle += complete
+            continue
+        placed, placed_targets = read(model, solver, home)
+        free = {name for names in model.vms_of.values() for name in names}
+        new_home = {n: h for n, h in home.items() if n not in free} | placed
+        now_moved = _moved(new_home, previous_home or {})
+        if complete and len(now_moved) >= len(moved):
+            idle += 1  # kept as it was: a window cut short may have found worse
+            continue
+        home, moved, idle = new_home, now_moved, 0
+        targets = {n: t for n, t in targets.items() if n not in free} | placed_targets
+    seconds = time.perf_counter() - start
+    if len(home) == len(problem.vms):
+        return Outcome("plan", home, targets, seconds=seconds)
+    return Outcome("unknown", home, targets, seconds=seconds,
+                   reason=f"the repair gave homes to {len(home)} of {len(problem.vms)} "
+                   f"VMs in {seconds:.1f} s ({steps} windows)" if steps
+                   else "no time was left for the repair")
