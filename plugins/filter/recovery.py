@@ -29,8 +29,9 @@ def vm_state_record(vm, state, vdm, cluster=etcd_keys.DEFAULT_CLUSTER, by="opera
 
 def vdm_ha_record(vdm, cluster=etcd_keys.DEFAULT_CLUSTER):
     """The etcd_key spec that publishes the VDM's HA view for the reconciler."""
-    from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import ha_view
-    if not isinstance(vdm, dict) or "home" not in vdm:
+    from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
+        VdmView, ha_view)
+    if not VdmView(vdm).planned:
         raise AnsibleFilterError("vdm_ha_record: no VDM; plan one with playbooks/plan.yml")
     try:
         return {"key": etcd_keys.vdm_ha_key(cluster=cluster), "value": ha_view(vdm)}

@@ -22,17 +22,18 @@ def _hosts(failed, name: str) -> list[str]:
 
 
 def vdm_failover(vdm, failed):
-    if not isinstance(vdm, dict) or "home" not in vdm:
+    from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
+        VdmView)
+    view = VdmView(vdm)
+    if not view.planned:
         raise AnsibleFilterError("vdm_failover: the input is not a VDM (yasco_vdm); "
                                  "plan one with playbooks/plan.yml")
     hosts = _hosts(failed, "vdm_failover")
-    unknown = sorted(set(hosts) - set(vdm.get("hosts", {})))
+    unknown = sorted(set(hosts) - set(view.hosts))
     if unknown:
         raise AnsibleFilterError(f"vdm_failover: {', '.join(unknown)} is not a hypervisor "
                                  "of this VDM; re-plan if hypervisors were added")
-    from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
-        failover_for)
-    return failover_for(vdm, hosts)
+    return view.failover_for(hosts)
 
 
 def vdm_failure_key(failed):

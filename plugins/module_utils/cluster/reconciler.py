@@ -43,7 +43,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_o
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
     Memory, Policy)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
-    candidates, host_loads, make_room, vm_size)
+    candidates, host_loads, make_room)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import size
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import (
     ACTIVE, FAILED, MIGRATING, RUNNING, STARTING)
 
@@ -225,12 +226,12 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             if not (returning and step["action"] == "restart"):
                 memory.attempts.setdefault(vm, []).append((now, step["to"], step["action"]))
             # What it takes now counts for the VMs after it (a lower priority).
-            for r, used in vm_size(vms[vm]).items():
+            for r, used in size(vms[vm]).items():
                 free[step["to"]][r] -= used
             labels[step["to"]] |= set(vms[vm].get("anti_affinity", []))
             for name in step["preempt"]:
                 preemptible[step["to"]].remove(name)
-                for r, used in vm_size(vms.get(name, {})).items():
+                for r, used in size(vms.get(name, {})).items():
                     free[step["to"]][r] += used
         elif step["action"] == "fail":
             memory.failed[vm] = (now, frozenset(usable))

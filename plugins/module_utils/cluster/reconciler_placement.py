@@ -12,12 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
-
-SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
-
-
-def vm_size(entry: dict[str, Any]) -> dict[str, float]:
-    return {r: float(entry.get(r, 0) or 0) for r in SIZE_KEYS}
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
+    capacity, size)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import RESOURCES
 
 
 def host_loads(observed: dict[str, Any], on: dict[str, list[str]]) -> tuple[
@@ -26,8 +23,7 @@ def host_loads(observed: dict[str, Any], on: dict[str, list[str]]) -> tuple[
     what runs there and what etcd records as meant to run there."""
     view = observed["vdm"]
     vms = view.get("vms", {})
-    free = {h: {r: float(c.get(r, float("inf"))) for r in SIZE_KEYS}
-            for h, c in view.get("hosts", {}).items()}
+    free = {h: capacity(c) for h, c in view.get("hosts", {}).items()}
     residents: dict[str, set[str]] = {h: set() for h in free}
     for vm, hosts in on.items():
         for host in hosts:
@@ -41,7 +37,7 @@ def host_loads(observed: dict[str, Any], on: dict[str, list[str]]) -> tuple[
         for vm in names:
             entry = vms.get(vm, {})
             if host in free:
-                for r, used in vm_size(entry).items():
+                for r, used in size(entry).items():
                     free[host][r] -= used
             if entry.get("kind") == "preemptible":
                 preemptible[host].append(vm)
@@ -50,22 +46,22 @@ def host_loads(observed: dict[str, Any], on: dict[str, list[str]]) -> tuple[
 
 
 def _fits(need: dict[str, float], room: dict[str, float]) -> bool:
-    return all(room.get(r, float("inf")) >= need[r] for r in SIZE_KEYS)
+    return all(room.get(r, float("inf")) >= need[r] for r in RESOURCES)
 
 
 def make_room(vm: str, host: str, free, preemptible, vms) -> list[str] | None:
     """The preemptible VMs on `host` to stop so that `vm` fits, lowest priority and
     largest first; [] when it fits as it is; None when it cannot fit."""
-    need = vm_size(vms.get(vm, {}))
+    need = size(vms.get(vm, {}))
     room = dict(free.get(host, {}))
     stop: list[str] = []
     for name in sorted(preemptible.get(host, []),
                        key=lambda n: (int(vms.get(n, {}).get("priority", 0)),
-                                      -vm_size(vms.get(n, {}))["memory_mb"], n)):
+                                      -size(vms.get(n, {}))["memory_mb"], n)):
         if _fits(need, room):
             break
         stop.append(name)
-        for r, used in vm_size(vms.get(name, {})).items():
+        for r, used in size(vms.get(name, {})).items():
             room[r] += used
     return stop if _fits(need, room) else None
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
-    DEFAULT_OBJECTIVE, Plan, Problem, amount, failure_set_key, problem_digest)
+    DEFAULT_OBJECTIVE, RESOURCES, Plan, Problem, amount, failure_set_key, problem_digest)
 
 # Everything but the version: a map whose content changes gets a new version.
 CONTENT_KEYS = ("digest", "objective", "failures_to_tolerate", "failure_domains_to_tolerate",
                 "hosts", "vms", "home", "failover", "preempt", "reserve")
-SIZE_KEYS = ("vcpus", "memory_mb", "net_mbps")
 
 
 def objective_of(vdm: dict[str, Any]) -> str:
@@ -36,7 +35,7 @@ def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict
     all_hosts = frozenset(problem.hosts)
     hosts = {}
     for name, host in sorted(problem.hosts.items()):
-        entry = {r: amount(getattr(host, r)) for r in SIZE_KEYS if getattr(host, r) is not None}
+        entry = {r: amount(getattr(host, r)) for r in RESOURCES if getattr(host, r) is not None}
         if host.failure_domain is not None:
             entry["failure_domain"] = host.failure_domain
         hosts[name] = entry
@@ -44,7 +43,7 @@ def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict
     for name, vm in sorted(problem.vms.items()):
         entry = {"kind": "ha" if vm.ha else "preemptible" if vm.preemptible else "plain",
                  "priority": vm.priority,
-                 **{r: amount(vm.demand(r)) for r in SIZE_KEYS if vm.demand(r)}}
+                 **{r: amount(vm.demand(r)) for r in RESOURCES if vm.demand(r)}}
         if vm.anti_affinity:
             entry["anti_affinity"] = sorted(vm.anti_affinity)
         if vm.allowed != all_hosts:
@@ -119,15 +118,22 @@ def ha_view(vdm: dict[str, Any]) -> dict[str, Any]:
             "failure_domains_to_tolerate": vdm.get("failure_domains_to_tolerate", 0)}
 
 
-def _size(entry: dict[str, Any]) -> dict[str, float]:
-    return {r: float(entry.get(r, 0)) for r in SIZE_KEYS}
+def size(entry: dict[str, Any]) -> dict[str, float]:
+    """A VM's size from its entry in the map's `vms`: each resource, 0 where not given."""
+    return {r: float(entry.get(r) or 0) for r in RESOURCES}
+
+
+def capacity(entry: dict[str, Any]) -> dict[str, float]:
+    """A host's usable capacity from its entry in the map's `hosts`: each resource,
+    unbounded where not given."""
+    return {r: float(entry.get(r, float("inf"))) for r in RESOURCES}
 
 
 def _best_effort(vdm: dict[str, Any], failed: set[str], key: str) -> dict[str, Any]:
     home, vms, hosts = vdm.get("home", {}), vdm.get("vms", {}), vdm.get("hosts", {})
     survivors = sorted(set(hosts) - failed)
     # What stays running on each survivor, preemptible VMs kept apart: they may stop.
-    free = {h: {r: float(hosts[h].get(r, float("inf"))) for r in SIZE_KEYS} for h in survivors}
+    free = {h: capacity(hosts[h]) for h in survivors}
     labels: dict[str, set[str]] = {h: set() for h in survivors}
     preemptible: dict[str, list[str]] = {h: [] for h in survivors}
     for name, host in home.items():
@@ -137,7 +143,7 @@ def _best_effort(vdm: dict[str, Any], failed: set[str], key: str) -> dict[str, A
         if entry.get("kind") == "preemptible":
             preemptible[host].append(name)
             continue
-        for r, used in _size(entry).items():
+        for r, used in size(entry).items():
             free[host][r] -= used
         labels[host] |= set(entry.get("anti_affinity", []))
     displaced = sorted((n for n, h in home.items()
@@ -148,15 +154,15 @@ def _best_effort(vdm: dict[str, Any], failed: set[str], key: str) -> dict[str, A
     incoming_labels: dict[str, set[str]] = {h: set() for h in survivors}
     for name in displaced:
         entry = vms[name]
-        need = _size(entry)
+        need = size(entry)
         mine = set(entry.get("anti_affinity", []))
         allowed = set(entry.get("allowed", survivors))
         for host in _candidates(vdm.get("failover", {}), home[name], name, free):
             if host not in free or host not in allowed or mine & (labels[host]
                                                                   | incoming_labels[host]):
                 continue
-            if all(free[host][r] >= need[r] for r in SIZE_KEYS):
-                for r in SIZE_KEYS:
+            if all(free[host][r] >= need[r] for r in RESOURCES):
+                for r in RESOURCES:
                     free[host][r] -= need[r]
                 incoming_labels[host] |= mine
                 targets[name] = host
@@ -188,13 +194,77 @@ def _stopped(vms: dict[str, Any], preemptible: dict[str, list[str]],
                                              -float(vms[n].get("memory_mb", 0)), n))
         over = dict(free[host])
         for name in order:
-            for r, used in _size(vms[name]).items():
+            for r, used in size(vms[name]).items():
                 over[r] -= used
         for name in order:
             clash = set(vms[name].get("anti_affinity", [])) & incoming_labels[host]
             if not clash and all(v >= -1e-9 for v in over.values()):
                 continue
             stopped.append(name)
-            for r, used in _size(vms[name]).items():
+            for r, used in size(vms[name]).items():
                 over[r] += used
     return sorted(stopped)
+
+
+class VdmView:
+    """A VDM document (`yasco_vdm`) as the stories, the status, the report and the
+    reconciler read it: the one reader of its fields. Each reads as empty where the
+    document lacks it; `planned` says whether there is a map at all."""
+
+    def __init__(self, doc: Any) -> None:
+        self.doc: dict[str, Any] = doc if isinstance(doc, dict) else {}
+
+    @property
+    def planned(self) -> bool:
+        """Whether the document is a planned map (plan.yml writes one)."""
+        return "home" in self.doc
+
+    @property
+    def version(self) -> Any:
+        return self.doc.get("version")
+
+    @property
+    def hosts(self) -> dict[str, dict[str, Any]]:
+        """Each host's usable capacity, as planned."""
+        return self.doc.get("hosts") or {}
+
+    @property
+    def vms(self) -> dict[str, dict[str, Any]]:
+        """Each VM's kind, priority, size and placement rules."""
+        return self.doc.get("vms") or {}
+
+    @property
+    def homes(self) -> dict[str, str]:
+        return self.doc.get("home") or {}
+
+    @property
+    def failover(self) -> dict[str, dict[str, str]]:
+        """Each planned failure set's targets, by failure_set_key."""
+        return self.doc.get("failover") or {}
+
+    @property
+    def reserve(self) -> dict[str, Any]:
+        return self.doc.get("reserve") or {}
+
+    def home(self, vm: str) -> str | None:
+        return self.homes.get(vm)
+
+    def homed_on(self, host: str) -> set[str]:
+        """The VMs whose home is `host`."""
+        return {name for name, home in self.homes.items() if home == host}
+
+    def kind(self, vm: str, default: str | None = None) -> str | None:
+        return self.vms.get(vm, {}).get("kind", default)
+
+    def kinds(self, default: str | None = None) -> dict[str, str | None]:
+        return {name: entry.get("kind", default) for name, entry in self.vms.items()}
+
+    def size(self, vm: str) -> dict[str, float]:
+        return size(self.vms.get(vm, {}))
+
+    def sizes(self) -> dict[str, dict[str, float]]:
+        return {name: size(entry) for name, entry in self.vms.items()}
+
+    def failover_for(self, failed: list[str] | set[str]) -> dict[str, Any]:
+        """What to do when the hosts `failed` are down (`failover_for`)."""
+        return failover_for(self.doc, failed)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import failover_for
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
+    failover_for, size)
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_incident import (
     Incident, latest_incident)
 
@@ -130,10 +131,6 @@ def _vdm_parts(vdm: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, str]
     return hosts, vms, home
 
 
-def _size(entry: dict[str, Any], resource: str) -> float:
-    return float(entry.get(resource) or 0)
-
-
 def _kind(entry: dict[str, Any]) -> str:
     kind = entry.get("kind")
     return kind if kind in VM_KINDS else "plain"
@@ -148,10 +145,10 @@ def _stack(names: list[str], vms: dict[str, Any], resource: str, start: float = 
            state: str = "running", peers: dict[str, str] | None = None) -> list[Segment]:
     segments = []
     for name in names:
-        size = _size(vms[name], resource)
-        segments.append(Segment(start, size, _kind(vms[name]), name, state,
+        used = size(vms[name])[resource]
+        segments.append(Segment(start, used, _kind(vms[name]), name, state,
                                 (peers or {}).get(name)))
-        start += size
+        start += used
     return segments
 
 
@@ -172,11 +169,11 @@ def capacity_bars(vdm: dict[str, Any]) -> list[Bar]:
     for host in sorted(hosts):
         mine = _in_bar_order([n for n, h in home.items() if h == host], vms)
         for resource in RESOURCES:
-            capacity = _size(hosts[host], resource)
+            capacity = size(hosts[host])[resource]
             segments = _stack(mine, vms, resource)
             firm = sum(s.size for s in segments if s.kind != "preemptible")
             end = segments[-1].end if segments else 0.0
-            reserve = _size(reserves.get(host) or {}, resource)
+            reserve = size(reserves.get(host) or {})[resource]
             spare_end = min(firm + reserve, capacity)
             if spare_end > end + 1e-9:
                 segments.append(Segment(end, spare_end - end, "spare"))
@@ -224,7 +221,7 @@ def failure_set(vdm: dict[str, Any], failed: list[str]) -> FailureSet:
     for host in sorted(hosts):
         mine = _in_bar_order([n for n, h in home.items() if h == host], vms)
         for resource in RESOURCES:
-            capacity = _size(hosts[host], resource)
+            capacity = size(hosts[host])[resource]
             if host in failed:
                 segments = []
                 for segment in _stack(mine, vms, resource):

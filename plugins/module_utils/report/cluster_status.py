@@ -18,6 +18,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     EtcdClient, from_json)
 
@@ -58,8 +59,8 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                    ) -> dict[str, Any]:
     del check_mode  # reading only
     cluster = params["cluster"]
-    vdm = params["vdm"] or {}
-    kinds = {n: v.get("kind", "") for n, v in (vdm.get("vms") or {}).items()}
+    vdm = VdmView(params["vdm"])
+    kinds = vdm.kinds("")
     problems: list[str] = []
     hosts = []
     seen: dict[str, list[tuple[str, str]]] = {}
@@ -123,7 +124,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
     requested = {kv.key.rsplit("/", 1)[-1]: (from_json(kv.value, kv.key) or {}).get("state")
                  for kv in snapshot[etcd_keys.requested_prefix(cluster=cluster)]}
     vms = []
-    for name in sorted(set(vdm.get("home", {})) | set(records) | set(seen)):
+    for name in sorted(set(vdm.homes) | set(records) | set(seen)):
         record = records.get(name) or {}
         running = sorted(h for h, state in seen.get(name, []) if state in ("running", "paused"))
         if len(running) > 1:
@@ -136,7 +137,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         if record.get("state") == "running" and not running:
             problems.append(f"{name}: etcd records it running on {record.get('host')} but "
                             "it runs nowhere")
-        vms.append({"name": name, "home": vdm.get("home", {}).get(name),
+        vms.append({"name": name, "home": vdm.home(name),
                     "recorded_host": record.get("host"), "recorded_state": record.get("state"),
                     "running_on": running, "kind": kinds.get(name, ""),
                     # What HA is asked to keep true (playbooks/vm_state.yml).

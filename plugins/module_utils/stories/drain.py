@@ -22,8 +22,8 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import preempt_step
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.rebalance import (
-    RESOURCES, fits, hypervisors_of, loads, room, sizes_of, wave_steps, waves)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import failover_for
+    NOTHING, fits, hypervisors_of, loads, room, wave_steps, waves)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
 
 
@@ -51,10 +51,9 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
     if busy:
         raise DrainError(f"{', '.join(busy)} are being moved or started: wait for that to "
                          "finish, then run this again")
-    kinds = {name: entry.get("kind") for name, entry in (vdm.get("vms") or {}).items()}
-    sizes = sizes_of(vdm)
-    capacity = vdm.get("hosts") or {}
-    failover = failover_for(vdm, [host])
+    view = VdmView(vdm)
+    kinds, sizes, capacity = view.kinds(), view.sizes(), view.hosts
+    failover = view.failover_for([host])
 
     current = {name: vm["running_on"][0] for name, vm in vms.items()
                if len(vm.get("running_on") or []) == 1}
@@ -63,7 +62,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
     for step in preempt:
         del current[step["vm"]]
     load = loads(current, sizes, capacity)
-    rules = vdm.get("vms") or {}
+    rules = view.vms
     labels: dict[str, set[str]] = {h: set() for h in hosts}
     for name, where in current.items():
         labels.setdefault(where, set()).update(rules.get(name, {}).get("anti_affinity", []))
@@ -76,7 +75,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
         if record.get("host") != host or record.get("state") not in ACTIVE:
             raise DrainError(f"{name} runs on {host} but etcd records "
                              f"{record or 'nothing'}: settle that first")
-        size = sizes.get(name, {r: 0.0 for r in RESOURCES})
+        size = sizes.get(name, NOTHING)
         target = failover["targets"].get(name) if kinds.get(name) == "ha" else None
         # The placement rules hold wherever it goes: the hosts it is allowed on, and
         # never beside a VM sharing an anti-affinity label.

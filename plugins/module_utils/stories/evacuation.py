@@ -22,7 +22,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import failover_for
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 
 
 class EvacuationError(Exception):
@@ -43,7 +43,8 @@ def failed_hosts(status: dict[str, Any]) -> list[str]:
 def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]],
          cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[str, Any]:
     """The evacuation of every failed hypervisor, as one failure set."""
-    if not isinstance(vdm, dict) or "home" not in vdm:
+    view = VdmView(vdm)
+    if not view.planned:
         raise EvacuationError("no VDM: plan one with playbooks/plan.yml")
     failed = failed_hosts(status)
     hosts = {h["name"]: h for h in status.get("hypervisors", [])}
@@ -52,14 +53,14 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     # avoids them.
     unusable = sorted(h for h, host in hosts.items()
                       if h not in failed and not etcd_keys.takes_vms({**host, "alive": True}))
-    unknown = sorted(set(failed) - set(vdm.get("hosts", {})))
+    unknown = sorted(set(failed) - set(view.hosts))
     if unknown:
         raise EvacuationError(f"{', '.join(unknown)}: not in the VDM; re-plan with the "
                               "current hypervisors")
     by_name = {item["name"]: item for item in items}
     vms = {vm["name"]: vm for vm in status.get("vms", [])}
-    kinds = {name: entry.get("kind") for name, entry in vdm.get("vms", {}).items()}
-    failover = failover_for(vdm, failed + unusable) if failed else {
+    kinds = view.kinds()
+    failover = view.failover_for(failed + unusable) if failed else {
         "targets": {}, "preempt": [], "down": [], "planned": True}
     requested = status.get("requested") or {}
     start: list[dict[str, Any]] = []
@@ -82,7 +83,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
             continue
         if where in failed and record.get("state") in ACTIVE:
             target = failover["targets"].get(name)
-            home = vdm["home"].get(name)
+            home = view.home(name)
             if target is None and home not in failed and home not in unusable:
                 target = home  # it was away from home, and home is up
             if target is None:
@@ -92,7 +93,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         elif record.get("from") in failed and record.get("state") == "starting":
             # Claimed by an earlier run that stopped before starting it.
             start.append(_start(by_name[name], vms[name], where, hosts, cluster, claim=False))
-        elif (record.get("state") == "running" and vdm["home"].get(name) in failed
+        elif (record.get("state") == "running" and view.home(name) in failed
               and where not in failed):
             settled.append(name)  # evacuated already (or never at home)
     preempt = [preempt_step(name, vms.get(name, {}), hosts, cluster)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import images_of
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.return_home import unfence
 
@@ -58,14 +59,14 @@ def _tiers(entries: list[dict[str, Any]], descending: bool) -> list[dict[str, An
 
 
 def _check_vdm(vdm: dict[str, Any]) -> None:
-    if not isinstance(vdm, dict) or "home" not in vdm:
+    if not VdmView(vdm).planned:
         raise PowerError("no VDM: plan one with playbooks/plan.yml")
 
 
 def _priorities(vdm: dict[str, Any], items: list[dict[str, Any]]) -> dict[str, int]:
     """Each VM's priority: the VDM's, else its provisioning item's."""
     out = {item["name"]: int(item.get("priority") or 0) for item in items}
-    for name, entry in (vdm.get("vms") or {}).items():
+    for name, entry in VdmView(vdm).vms.items():
         out[name] = int(entry.get("priority", out.get(name, 0)) or 0)
     return out
 
@@ -183,11 +184,12 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
     usable = [h for h in up if h not in still_fenced and h not in held]
     by_name = {item["name"]: item for item in items}
     priorities = _priorities(vdm, items)
-    kinds = {name: entry.get("kind", "plain") for name, entry in (vdm.get("vms") or {}).items()}
+    view = VdmView(vdm)
+    kinds = view.kinds("plain")
     start, running, left = [], [], []
     for vm in status.get("vms", []):
         name, record = vm["name"], vm.get("record") or {}
-        home = vdm["home"].get(name)
+        home = view.home(name)
         if vm.get("running_on"):
             running.append({"vm": name, "host": vm["running_on"][0]})
             continue

@@ -17,22 +17,17 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import RESOURCES
 
-RESOURCES = ("vcpus", "memory_mb", "net_mbps")
 _EPSILON = 1e-9
+NOTHING = {r: 0.0 for r in RESOURCES}  # the size of a VM the map does not know
 
 
 class RebalanceError(Exception):
     """The homes cannot be reached without overloading a host."""
 
 
-def _size(vm: dict[str, Any]) -> dict[str, float]:
-    return {r: float(vm.get(r, 0) or 0) for r in RESOURCES}
-
-
-def sizes_of(vdm: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Each VM's size, as the VDM records it."""
-    return {name: _size(vm) for name, vm in (vdm.get("vms") or {}).items()}
 
 
 def loads(where: dict[str, str], sizes: dict[str, dict[str, float]],
@@ -41,7 +36,7 @@ def loads(where: dict[str, str], sizes: dict[str, dict[str, float]],
     load = {h: {r: 0.0 for r in RESOURCES} for h in capacity}
     for name, host in where.items():
         if host in load:
-            for r, amount in sizes.get(name, _size({})).items():
+            for r, amount in sizes.get(name, NOTHING).items():
                 load[host][r] += amount
     return load
 
@@ -63,9 +58,8 @@ def plan_moves(current: dict[str, str], vdm: dict[str, Any],
     """Moves (vm, from, to), in order, from `current` (VM -> host it runs on) to the
     VDM's homes, using the sizes and capacities the VDM records; with `only`, of
     those VMs alone (the others stay where they are, and take their room)."""
-    sizes = sizes_of(vdm)
-    capacity = vdm.get("hosts") or {}
-    home = vdm.get("home") or {}
+    view = VdmView(vdm)
+    sizes, capacity, home = view.sizes(), view.hosts, view.homes
     unknown = sorted(set(current.values()) - set(capacity))
     if unknown:
         raise RebalanceError(f"VMs run on {', '.join(unknown)}, which the VDM does not know; "
@@ -117,8 +111,8 @@ def waves(moves: list[dict[str, str]], current: dict[str, str], vdm: dict[str, A
     destinations together while their VMs still take room at their sources, that
     touch each VM once, and, with `per_host`, that send or receive at most that many
     migrations on any one host."""
-    sizes = sizes_of(vdm)
-    capacity = vdm.get("hosts") or {}
+    view = VdmView(vdm)
+    sizes, capacity = view.sizes(), view.hosts
     load = loads(current, sizes, capacity)
     out: list[list[dict[str, str]]] = []
     wave: list[dict[str, str]] = []
@@ -194,7 +188,7 @@ def hypervisors_of(status: dict[str, Any], vdm: Any, host: str,
                    error: type[Exception]) -> dict[str, dict[str, Any]]:
     """cluster_status' hypervisors by name, once `vdm` is a VDM and `host` one of the
     hypervisors; else `error` raised, saying what to do."""
-    if not isinstance(vdm, dict) or "home" not in vdm:
+    if not VdmView(vdm).planned:
         raise error("no VDM: plan one with playbooks/plan.yml")
     hosts = {h["name"]: h for h in status.get("hypervisors", [])}
     if host not in hosts:

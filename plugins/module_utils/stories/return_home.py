@@ -23,10 +23,11 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
     ACTIVE, ceph_addrs, images_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.rebalance import (
-    RebalanceError, fits, hypervisors_of, loads, plan_moves, sizes_of, wave_steps, waves)
+    RebalanceError, fits, hypervisors_of, loads, plan_moves, wave_steps, waves)
 
 
 class ReturnHomeError(Exception):
@@ -41,6 +42,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     `per_host` on any one host; ReturnHomeError before anything changes when the host
     is not ready for it."""
     hosts = hypervisors_of(status, vdm, host, ReturnHomeError)
+    view = VdmView(vdm)
     here = hosts[host]
     _check_ready(here)
     fence = here.get("fence")
@@ -81,14 +83,14 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     autostart = []
     for name, vm in sorted(vms.items()):
         item = by_name.get(name)
-        if (item and item.get("autostart_on_home") and vdm["home"].get(name) == host
+        if (item and item.get("autostart_on_home") and view.home(name) == host
                 and name not in current and _went_down_at(vm, host)):
             autostart.append(_start(vm, item["domain"], here["uri"], host, cluster))
             current[name] = host
 
     # Its HA VMs from their spare slots, and any VM a drain moved off it.
     homecoming = {name for name, where in current.items()
-                  if vdm["home"].get(name) == host and where != host
+                  if view.home(name) == host and where != host
                   and _recorded(vms[name], where)}
     try:
         moves = plan_moves(current, vdm, only=homecoming)
@@ -103,7 +105,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                                            stale_names)
     # The disks whose locks the host's fenced clients may still hold.
     ran_here = (stale_names | {a["vm"] for a in autostart}
-                | {name for name, home in vdm["home"].items() if home == host})
+                | view.homed_on(host))
     images = sorted({image for name in ran_here if name in by_name
                      for image in images_of(by_name[name])})
     return {
@@ -123,7 +125,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                                 for image in images_of(by_name[s["vm"]])}),
         "addresses": ceph_addrs(here),
         "away": sorted(name for name, where in after.items()
-                       if vdm["home"].get(name) == host and where != host),
+                       if view.home(name) == host and where != host),
     }
 
 
@@ -206,16 +208,16 @@ def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster, sta
     kept running while it was cut off is `stale`, destroyed first: it runs nowhere.
     Spare room they may use again, once the HA VMs are back; never one requested
     stopped."""
-    sizes = sizes_of(vdm)
-    capacity = vdm.get("hosts") or {}
+    view = VdmView(vdm)
+    sizes, capacity = view.sizes(), view.hosts
     load = loads(after, sizes, capacity)
     restart, waiting = [], []
 
     def went_down_at_home(vm) -> bool:
-        home = vdm["home"].get(vm["name"])
+        home = view.home(vm["name"])
         return (_went_down_at(vm, home)
                 and (home == returning or not (hosts.get(home) or {}).get("fence"))
-                and (vdm.get("vms") or {}).get(vm["name"], {}).get("kind") == "preemptible")
+                and view.kind(vm["name"]) == "preemptible")
 
     def runs_nowhere(vm) -> bool:
         return not [h for h in vm.get("running_on") or []
@@ -231,7 +233,7 @@ def _preempted_restarts(vms, vdm, by_name, hosts, after, returning, cluster, sta
 
     for vm in sorted(preempted, key=order):
         name = vm["name"]
-        home = vdm["home"].get(name)
+        home = view.home(name)
         target = hosts.get(home) or {}
         if name not in by_name or not target.get("alive") or target.get("maintenance"):
             waiting.append({"vm": name, "why": f"its home {home} is not up"})

@@ -6,7 +6,8 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.yasco.cluster.plugins.filter.vdm import vdm_failover, vdm_failure_key
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import build
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
+    VdmView, build, capacity)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import plan
 
@@ -80,3 +81,20 @@ def test_bad_input_is_named():
 def test_failure_keys_are_sorted_and_joined():
     assert vdm_failure_key(["hv2", "hv1"]) == "hv1,hv2"
     assert vdm_failure_key("hv3") == "hv3"
+
+
+def test_the_vdm_view_reads_what_the_map_says_and_nothing_where_there_is_no_map(vdm):
+    view = VdmView(vdm)
+    assert view.planned and view.version == vdm["version"]
+    assert view.home("db1") == "hv1" and view.homed_on("hv1") == {"db1", "web1"}
+    assert view.kinds() == {"db1": "ha", "web1": "ha", "web2": "ha", "plain1": "plain",
+                            "batch1": "preemptible"}
+    assert view.size("batch1") == {"vcpus": 4.0, "memory_mb": 4096.0, "net_mbps": 0.0}
+    assert capacity(view.hosts["hv1"])["memory_mb"] == vdm["hosts"]["hv1"]["memory_mb"]
+    assert capacity({})["vcpus"] == float("inf")
+    assert view.failover_for(["hv1"]) == vdm_failover(vdm, ["hv1"])
+    for nothing in (None, "not a map", {"hosts": {"hv1": {}}}):
+        empty = VdmView(nothing)
+        assert not empty.planned
+        assert (empty.homes, empty.kinds(), empty.home("db1"), empty.sizes()) == (
+            {}, {}, None, {})
