@@ -4,7 +4,7 @@
 """The documentation of the etcd connection options, in one place.
 
 `DOCUMENTATION` (fragment `yasco.cluster.etcd`) documents `ETCD_ARGUMENT_SPEC` in
-plugins/module_utils/adapters/etcd.py for modules. `PLUGINS` (fragment
+plugins/module_utils/adapters/etcd_module.py for modules. `PLUGINS` (fragment
 `yasco.cluster.etcd.plugins`) documents the same options for the lookup and inventory
 plugins, which read them through Ansible's configuration with environment sources;
 the lookup adds its variable sources in its own documentation.

@@ -93,7 +93,9 @@ from ansible.utils.display import Display
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    CONNECTION_OPTIONS, EtcdError, connect)
+    CONNECTION_OPTIONS, connect)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 
 display = Display()
 

@@ -110,7 +110,10 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    CONNECTION_OPTIONS, EtcdError, KeyValue, connect)
+    CONNECTION_OPTIONS, connect)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import KeyValue
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 
 
 class LookupModule(LookupBase):

@@ -3,8 +3,8 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Write or delete an etcd key (or every key under a prefix), optionally by
-compare-and-swap. Reading is etcd_key_info's; the connection and its errors belong to
-module_utils/adapters/etcd.py."""
+compare-and-swap. Reading is etcd_key_info's; the connection belongs to
+module_utils/adapters/etcd.py, its errors to etcd_errors.py beside it."""
 
 from __future__ import annotations
 
@@ -202,8 +202,11 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError, KeyValue, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import KeyValue
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_batch_module)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import BatchModule

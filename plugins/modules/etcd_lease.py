@@ -2,8 +2,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Grant or revoke an etcd lease. Reading one is etcd_lease_info's; the connection and
-its errors belong to module_utils/adapters/etcd.py."""
+"""Grant or revoke an etcd lease. Reading one is etcd_lease_info's; the connection
+belongs to module_utils/adapters/etcd.py, its errors to etcd_errors.py beside it."""
 
 from __future__ import annotations
 

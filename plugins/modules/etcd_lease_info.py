@@ -3,7 +3,8 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read an etcd lease: how long it has left and which keys are bound to it. The
-connection and its errors belong to module_utils/adapters/etcd.py."""
+connection belongs to module_utils/adapters/etcd.py, its errors to etcd_errors.py
+beside it."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """etcd's housekeeping: compact its history, defragment its members one at a time and
-disarm a NOSPACE alarm once there is room again. The client and its errors belong to
-module_utils/adapters/etcd.py."""
+disarm a NOSPACE alarm once there is room again. The client belongs to
+module_utils/adapters/etcd.py, its errors to etcd_errors.py beside it."""
 
 from __future__ import annotations
 
@@ -134,7 +134,9 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError, connect)
+    EtcdClient, connect)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec, run_module)
 

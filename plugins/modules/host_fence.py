@@ -157,8 +157,10 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import HostFenceRun
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
     CEPH_ARGUMENT_SPEC)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    ETCD3GW_IMPORT_ERROR, EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_gateway import (
+    ETCD3GW_IMPORT_ERROR)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     module_argument_spec)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module

@@ -11,8 +11,9 @@ import libvirt
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    CONNECTION_OPTIONS, EtcdClient, EtcdError, connect)
+    CONNECTION_OPTIONS, EtcdClient, connect)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     ETCD_ARGUMENT_SPEC)
 
@@ -334,7 +336,7 @@ def test_no_credentials_fails_saying_authentication_is_required(etcd_auth):
 def test_a_rejected_token_is_renewed_once(etcd_auth, prefix):
     client = etcd_auth.client()
     client.put(f"{prefix}k", "v")
-    member = client._members[0]
+    member = client._gateway.members[0]
     old_token = member.token
     # As after the token's TTL or a restart of etcd: the server no longer knows it.
     member.session.headers["Authorization"] = member.token = "stale.1"

@@ -17,8 +17,9 @@ import pytest
 from yasco_lab.etcd import housekeeping_flags
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError, NoSpace)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError, NoSpace)
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 

@@ -14,7 +14,11 @@ from typing import Any, Callable
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    DEFAULT_TIMEOUT, ETCD3GW_IMPORT_ERROR, EtcdClient, EtcdError, connect)
+    DEFAULT_TIMEOUT, EtcdClient, connect)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_gateway import (
+    ETCD3GW_IMPORT_ERROR)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
     BatchModule, check_requirements)
 

@@ -25,8 +25,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.agent import (
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_watch import StorageWatch
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
 
 LOG = logging.getLogger("yasco-agent")

@@ -33,8 +33,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe 
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_watch import StorageWatch
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError, NoSpace)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError, NoSpace
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none, to_json)
 

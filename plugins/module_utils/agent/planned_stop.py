@@ -20,8 +20,8 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.self_fence import SelfFence
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none, to_json)
 

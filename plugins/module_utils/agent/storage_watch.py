@@ -21,8 +21,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state im
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import (
     PROBE_EVERY, PROBE_TIMEOUT)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import json_or_none
 
 LOG = logging.getLogger("yasco-agent")

@@ -16,8 +16,10 @@ import time
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, EtcdError, from_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import from_json
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
 
 # Kinds the collection writes; others are accepted, for operators' own notes.

@@ -20,7 +20,7 @@ emits what comes back.
 It imports nothing but the standard library, the key layout (etcd_keys), etcd's
 JSON decoding and the reconciler's record states, as the decision environment needs. A key-value needs
 `key`, `value`, `lease` and `mod_revision`, a change `kind`, `kv` and `previous`, as
-module_utils/adapters/etcd.py has them.
+module_utils/adapters/etcd_data.py has them.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import CephError
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    EtcdClient, KeyValue)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import KeyValue
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     FENCE_LIFT_MARK, fence_lift_mark, fence_stands, fence_unmarked, to_json)
 

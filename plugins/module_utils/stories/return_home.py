@@ -24,8 +24,9 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
-    ACTIVE, ceph_addrs, images_of)
+    ceph_addrs, images_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.rebalance import (
     RebalanceError, fits, hypervisors_of, loads, plan_moves, wave_steps, waves)
 

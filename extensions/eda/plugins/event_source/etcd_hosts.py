@@ -277,8 +277,10 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_events import timestamp
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
-    NO_SPACE_ADVICE, Compacted, EtcdClient, EtcdError, WatchEvent)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import WatchEvent
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    NO_SPACE_ADVICE, Compacted, EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none, to_json)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states import (

@@ -12,7 +12,7 @@ from itertools import count
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import (
     KeyValue, WatchEvent)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states import (
     STABLE_RECHECK, STALE_SLACK, HostStates, Report)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import KeyValue
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import KeyValue
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import decide
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
     failures_tolerated, ha_vms, observe, usable_hosts)
