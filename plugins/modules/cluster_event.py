@@ -119,9 +119,12 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
-    module_argument_spec, run_batch_module)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import BatchModule
+    ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
+    BatchModule, run_module)
 
 ARGUMENT_SPEC = module_argument_spec(
     cluster={"type": "str", "default": "yasco"},
@@ -144,8 +147,9 @@ def append(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[s
 
 
 def main(module_class=AnsibleModule) -> None:
-    run_batch_module(BatchModule(ARGUMENT_SPEC, option="events", key="kind", shared_key=True,
-                                 module_class=module_class), append)
+    run_module(BatchModule(ARGUMENT_SPEC, option="events", key="kind", shared_key=True,
+                           module_class=module_class), etcd_run(append), EtcdError,
+               ETCD_REQUIREMENTS)
 
 
 if __name__ == "__main__":

@@ -146,8 +146,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_status import (
     cluster_status)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
-    module_argument_spec, run_module)
+    ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:
@@ -164,7 +167,7 @@ def main(module_class=AnsibleModule) -> None:
         ),
         supports_check_mode=True,
     )
-    run_module(module, cluster_status)
+    run_module(module, etcd_run(cluster_status), EtcdError, ETCD_REQUIREMENTS)
 
 
 if __name__ == "__main__":

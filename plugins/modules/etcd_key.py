@@ -208,8 +208,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors
     EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
-    module_argument_spec, run_batch_module)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import BatchModule
+    ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
+    BatchModule, run_module)
 
 ARGUMENT_SPEC = module_argument_spec(
     key={"type": "str", "required": True, "no_log": False},
@@ -367,8 +368,9 @@ def main(module_class=AnsibleModule) -> None:
         if problem:
             batch.module.fail_json(msg=f"{item['key']}: {problem}" if batch.batch else problem,
                                    key=item["key"])
-    run_batch_module(batch, lambda etcd, item, check_mode:
-                     STATES[item["state"]](etcd, item, check_mode), items)
+    run_module(batch, etcd_run(lambda etcd, item, check_mode:
+                               STATES[item["state"]](etcd, item, check_mode)),
+               EtcdError, ETCD_REQUIREMENTS, items=items)
 
 
 if __name__ == "__main__":

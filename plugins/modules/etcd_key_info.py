@@ -147,8 +147,11 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
-    module_argument_spec, run_module)
+    ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 ARGUMENT_SPEC = module_argument_spec(
     key={"type": "str", "required": True, "no_log": False},
@@ -178,7 +181,8 @@ def read(etcd: EtcdClient, params: dict[str, Any], _check_mode: bool) -> dict[st
 
 def main(module_class=AnsibleModule) -> None:
     module = module_class(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    run_module(module, read, refusal=refusal, key=module.params["key"])
+    run_module(module, etcd_run(read, refusal), EtcdError, ETCD_REQUIREMENTS,
+               key=module.params["key"])
 
 
 if __name__ == "__main__":

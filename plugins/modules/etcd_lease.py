@@ -118,8 +118,11 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
-    module_argument_spec, run_module)
+    ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 ARGUMENT_SPEC = module_argument_spec(
     state={"type": "str", "choices": ["present", "absent"], "default": "present"},
@@ -172,7 +175,8 @@ def main(module_class=AnsibleModule) -> None:
     module = module_class(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                           required_if=[("state", "present", ("ttl",)),
                                        ("state", "absent", ("id",))])
-    run_module(module, STATES[module.params["state"]], refusal=refusal)
+    run_module(module, etcd_run(STATES[module.params["state"]], refusal), EtcdError,
+               ETCD_REQUIREMENTS)
 
 
 if __name__ == "__main__":

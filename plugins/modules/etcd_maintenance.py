@@ -138,7 +138,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
-    module_argument_spec, run_module)
+    ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 ARGUMENT_SPEC = module_argument_spec(
     compact={"type": "bool", "default": True},
@@ -232,7 +233,7 @@ def maintain(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict
 
 def main(module_class=AnsibleModule) -> None:
     module = module_class(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    run_module(module, maintain, refusal=refusal)
+    run_module(module, etcd_run(maintain, refusal), EtcdError, ETCD_REQUIREMENTS)
 
 
 if __name__ == "__main__":

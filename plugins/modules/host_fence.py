@@ -159,10 +159,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module
     CEPH_ARGUMENT_SPEC)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     EtcdError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_gateway import (
-    ETCD3GW_IMPORT_ERROR)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
-    module_argument_spec)
+    ETCD_REQUIREMENTS, module_argument_spec)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
@@ -178,7 +176,7 @@ def main(module_class=AnsibleModule) -> None:
         supports_check_mode=True,
     )
     run_module(module, HostFenceRun, (CephError, EtcdError),
-               {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR, "etcd3gw": ETCD3GW_IMPORT_ERROR})
+               {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR, **ETCD_REQUIREMENTS})
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What etcd modules share: the connection options as an argument spec (documented by
-the `yasco.cluster.etcd` doc fragment), and running a task on one connection, an
-`EtcdError` becoming the task's failure. The client itself is module_utils/adapters/etcd.py.
+the `yasco.cluster.etcd` doc fragment), and their work as a run class of
+module_run.run_module, on one connection, an `EtcdError` becoming the task's failure.
+The client itself is module_utils/adapters/etcd.py.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (
     DEFAULT_TIMEOUT, EtcdClient, connect)
@@ -19,8 +20,6 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors
     EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_gateway import (
     ETCD3GW_IMPORT_ERROR)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
-    BatchModule, check_requirements)
 
 # The options every etcd module takes (doc fragment yasco.cluster.etcd), in the order
 # of etcd.CONNECTION_OPTIONS, which the plugins read. No default for
@@ -37,6 +36,8 @@ ETCD_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
                  "fallback": (env_fallback, ["YASCO_ETCD_PASSWORD"])},
     "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
 }
+# What etcd modules need, for module_run.run_module.
+ETCD_REQUIREMENTS: dict[str, str | None] = {"etcd3gw": ETCD3GW_IMPORT_ERROR}
 # What a module does once connected: (client, params, check_mode) -> the task's result.
 Task = Callable[[EtcdClient, "dict[str, Any]", bool], "dict[str, Any]"]
 
@@ -46,39 +47,30 @@ def module_argument_spec(**options: dict[str, Any]) -> dict[str, dict[str, Any]]
     return {**copy.deepcopy(ETCD_ARGUMENT_SPEC), **options}
 
 
-def run_module(module: AnsibleModule, task: Task, *,
-               refusal: Callable[[dict[str, Any]], str | None] | None = None,
-               **context: Any) -> None:
-    """Run a module: fail when etcd3gw is missing or `refusal(params)` names a problem
-    with the options, else connect, run `task` and exit with its result (without its
-    `diff` unless --diff). An EtcdError fails the task with its message and details.
-    `context` goes into a failure's result."""
-    if ETCD3GW_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib("etcd3gw"), exception=ETCD3GW_IMPORT_ERROR,
-                         **context)
-    params = module.params
-    problem = refusal(params) if refusal else None
-    if problem:
-        module.fail_json(msg=problem, **context)
-    try:
-        with connect(params) as etcd:
-            result = task(etcd, params, module.check_mode)
-    except EtcdError as err:
-        module.fail_json(msg=str(err), **context, **err.details)
-    if not module._diff:
-        result.pop("diff", None)
-    module.exit_json(**result)
+def etcd_run(task: Task, refusal: Callable[[dict[str, Any]], str | None] | None = None
+             ) -> type:
+    """`task` as the run class module_run.run_module takes, with ETCD_REQUIREMENTS and
+    EtcdError: once `refusal(params)` names no problem with the options (its words
+    fail the task otherwise), `task` runs on a client connected from them, closed
+    after it, or on the one a batch's items share. etcd's client contacts nothing
+    until its first request, so a batch's is made before its first item: options
+    it refuses fail the task, as the single form's do, not that item."""
 
+    class EtcdRun:
+        session = staticmethod(connect)
+        session_first = True
 
-def run_batch_module(batch: BatchModule, task: Task,
-                     items: list[dict[str, Any]] | None = None) -> None:
-    """Run `task` for each item of a BatchModule (its `items()`, unless given), all
-    on one connection, and exit with the batch's result."""
-    module = batch.module
-    check_requirements(module, {"etcd3gw": ETCD3GW_IMPORT_ERROR})
-    items = batch.items() if items is None else items
-    try:
-        with connect(module.params) as etcd:
-            batch.run(lambda item: task(etcd, item, module.check_mode), EtcdError, items)
-    except EtcdError as err:  # connecting
-        module.fail_json(msg=str(err), **err.details)
+        def __init__(self, params: dict[str, Any], check_mode: bool,
+                     session: EtcdClient | None = None) -> None:
+            self.params, self.check_mode, self.session = params, check_mode, session
+
+        def run(self) -> dict[str, Any]:
+            problem = refusal(self.params) if refusal else None
+            if problem:
+                raise EtcdError(problem)
+            if self.session is not None:
+                return task(self.session, self.params, self.check_mode)
+            with connect(self.params) as etcd:
+                return task(etcd, self.params, self.check_mode)
+
+    return EtcdRun

@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What every module's main() shares: a missing binding is named, an adapter's error
 becomes the task's message, a run's result is returned; and the batch form, where
-one task does the same for a list of items.
+one task does the same for a list of items. Each module hands `run_module` a run
+class, its adapter's error class and the libraries it needs; etcd's modules, whose
+work is a function of a connected client, make theirs with etcd_module.etcd_run.
 
 A batch exists because each task a loop runs starts Python, imports the bindings and
 connects again: provisioning ten VMs on a host as ten loop items costs ten times
@@ -183,21 +185,25 @@ def _set_only(value: Any) -> Any:
     return value
 
 
-def check_requirements(module: AnsibleModule, requirements: dict[str, str | None]) -> None:
+def check_requirements(module: AnsibleModule, requirements: dict[str, str | None],
+                       **context: Any) -> None:
     """Fail naming the first library of `requirements` (its name -> the traceback of
-    its failed import, or None) that is missing."""
+    its failed import, or None) that is missing; `context` goes into the result."""
     for requirement, import_error in requirements.items():
         if import_error:
-            module.fail_json(msg=missing_required_lib(requirement), exception=import_error)
+            module.fail_json(msg=missing_required_lib(requirement), exception=import_error,
+                             **context)
 
 
 class _WorkerSessions:
-    """One session per worker thread, opened when the worker first needs it and all
-    closed together. Workers never share one: libvirt's remote client can hang for
-    good when two threads call through the same connection."""
+    """One session per worker thread, opened when the worker first needs it (or, with
+    `first`, the calling thread's on entering) and all closed together. Workers never
+    share one: libvirt's remote client can hang for good when two threads call through
+    the same connection."""
 
-    def __init__(self, factory: Callable[[dict[str, Any]], Any], params: dict[str, Any]):
-        self.factory, self.params = factory, params
+    def __init__(self, factory: Callable[[dict[str, Any]], Any], params: dict[str, Any],
+                 first: bool = False):
+        self.factory, self.params, self.first = factory, params, first
         self.local = threading.local()
         self.lock = threading.Lock()
         self.stack = contextlib.ExitStack()
@@ -210,6 +216,8 @@ class _WorkerSessions:
         return self.local.session
 
     def __enter__(self) -> _WorkerSessions:
+        if self.first:
+            self.mine()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -217,25 +225,33 @@ class _WorkerSessions:
 
 
 def run_module(module: AnsibleModule | BatchModule, run_class: Any,
-               error_class: type[Exception], requirements: dict[str, str | None]) -> None:
-    """Run `run_class(params, check_mode, session).run()` and exit with its result,
-    once every library of `requirements` is there. A BatchModule runs it per item,
-    the items a worker runs sharing one `run_class.session(params)` (a connection)."""
+               error_class: type[Exception] | tuple[type[Exception], ...],
+               requirements: dict[str, str | None], *,
+               items: list[dict[str, Any]] | None = None, **context: Any) -> None:
+    """Run `run_class(params, check_mode).run()` and exit with its result, once every
+    library of `requirements` is there. An `error_class` error fails the task with its
+    message and its `details`, if it has any; `context` goes into every failure's
+    result. A BatchModule runs it per item (its `items()`, unless given), the items a
+    worker runs sharing one `run_class.session(params)` (a connection), opened when
+    the worker first needs it, or before any item runs when the run class has
+    `session_first`: then options the session refuses fail the task, not an item."""
     if isinstance(module, BatchModule):
-        check_requirements(module.module, requirements)
+        check_requirements(module.module, requirements, **context)
         check_mode = module.module.check_mode
+        items = module.items() if items is None else items
         try:
-            with _WorkerSessions(run_class.session, module.module.params) as sessions:
+            with _WorkerSessions(run_class.session, module.module.params,
+                                 getattr(run_class, "session_first", False)) as sessions:
                 module.run(lambda item: run_class(item, check_mode, sessions.mine()).run(),
-                           error_class)
-        except error_class as err:  # closing a session
-            module.module.fail_json(msg=str(err))
+                           error_class, items)
+        except error_class as err:  # opening the first session, or closing one
+            module.module.fail_json(msg=str(err), **context, **getattr(err, "details", {}))
         return
-    check_requirements(module, requirements)
+    check_requirements(module, requirements, **context)
     try:
         result = run_class(module.params, module.check_mode).run()
     except error_class as err:
-        module.fail_json(msg=str(err))
+        module.fail_json(msg=str(err), **context, **getattr(err, "details", {}))
     module.exit_json(**result)
 
 
