@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The connection options every Ceph module shares (module_utils/adapters/ceph.py)."""
+"""The connection options every Ceph module shares (module_utils/adapters/ceph.py), and
+`POOL` (fragment `yasco.cluster.ceph.pool`), the pool of the one image a module
+manages."""
 
 
 class ModuleDocFragment:
@@ -33,4 +35,12 @@ options:
 requirements:
   - the Ceph Python bindings C(rados) and C(rbd) (Debian packages python3-rados and
     python3-rbd)
+"""
+
+    POOL = r"""
+options:
+  pool:
+    description: The pool.
+    type: str
+    required: true
 """

@@ -7,7 +7,15 @@
 plugins/module_utils/adapters/etcd_module.py for modules. `PLUGINS` (fragment
 `yasco.cluster.etcd.plugins`) documents the same options for the lookup and inventory
 plugins, which read them through Ansible's configuration with environment sources;
-the lookup adds its variable sources in its own documentation.
+the lookup adds its variable sources in its own documentation. The two say the same
+of each option but where its environment variable comes in (a module's description
+names it, as its argument spec reads it; a plugin's option lists it under `env`), and
+Ansible takes a fragment's option whole, not item by item of its description, so
+neither can extend the other.
+
+`SCHEMA` (fragment `yasco.cluster.etcd.schema`) points the modules and plugins that
+read or write the cluster's own keys to their layout. They list it before the
+connection's fragment, whose notes follow its own.
 """
 
 from __future__ import annotations
@@ -129,4 +137,10 @@ notes:
     etcd's endpoints.
 requirements:
   - etcd3gw
+"""
+
+    SCHEMA = r"""
+options: {}
+notes:
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 """

@@ -48,6 +48,7 @@ options:
     type: str
     default: yasco
 extends_documentation_fragment:
+  - yasco.cluster.etcd.schema
   - constructed
   - inventory_cache
   - yasco.cluster.etcd.plugins
@@ -56,7 +57,6 @@ notes:
     failover; it is for inventories of large clusters read often.
   - Plays for hypervisors should name C(yasco_hypervisors) (or a child group) and plays
     for VMs C(yasco_vm_records), since both kinds of hosts are in C(all).
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - plugin: yasco.cluster.etcd
     plugin_type: lookup

@@ -66,9 +66,8 @@ options:
     vars:
       - name: yasco_etcd_timeout
 extends_documentation_fragment:
+  - yasco.cluster.etcd.schema
   - yasco.cluster.etcd.plugins
-notes:
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.etcd_key
   - plugin: yasco.cluster.etcd

@@ -59,16 +59,9 @@ options:
     type: float
     default: 315360000
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Verified on Ceph 16 against real guests, the lab's tests show a fenced QEMU's
     writes fail while the same disk opened by a new QEMU on another host carries on.
@@ -135,26 +128,18 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import FenceRun
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={
-            **CEPH_ARGUMENT_SPEC,
-            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
-            "addresses": {"type": "list", "elements": "str", "required": True},
-            "images": {"type": "list", "elements": "str", "default": []},
-            "expire": {"type": "float", "default": 315360000.0},
-        },
-        supports_check_mode=True,
-    )
-    run_module(module, FenceRun, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
+    module = CEPH.module(module_class, {
+        "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+        "addresses": {"type": "list", "elements": "str", "required": True},
+        "images": {"type": "list", "elements": "str", "default": []},
+        "expire": {"type": "float", "default": 315360000.0},
+    })
+    CEPH.run(module, FenceRun)
 
 
 if __name__ == "__main__":

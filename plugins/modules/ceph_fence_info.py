@@ -21,17 +21,9 @@ options:
     elements: str
     default: []
 extends_documentation_fragment:
+  - yasco.cluster.attributes.info_module
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
-attributes:
-  check_mode:
-    support: full
-    details: It changes nothing, in check mode or not.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: yasco.cluster.ceph_fence
 """
@@ -63,21 +55,14 @@ not_fenced:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import FenceInfo
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={**CEPH_ARGUMENT_SPEC,
-                       "addresses": {"type": "list", "elements": "str", "default": []}},
-        supports_check_mode=True,
-    )
-    run_module(module, FenceInfo, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
+    module = CEPH.module(module_class,
+                         {"addresses": {"type": "list", "elements": "str", "default": []}})
+    CEPH.run(module, FenceInfo)
 
 
 if __name__ == "__main__":

@@ -26,17 +26,9 @@ options:
     elements: str
     default: [PG_AVAILABILITY, OSD_FULL, POOL_FULL]
 extends_documentation_fragment:
+  - yasco.cluster.attributes.info_module
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
-attributes:
-  check_mode:
-    support: full
-    details: It changes nothing, in check mode or not.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: yasco.cluster.ceph_fence_info
 """
@@ -78,23 +70,15 @@ why_not_ready:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.resources.ceph_health import (
     BLOCKING_CHECKS, HealthInfo)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={**CEPH_ARGUMENT_SPEC,
-                       "blocking_checks": {"type": "list", "elements": "str",
-                                           "default": list(BLOCKING_CHECKS)}},
-        supports_check_mode=True,
-    )
-    run_module(module, HealthInfo, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
+    module = CEPH.module(module_class, {"blocking_checks": {
+        "type": "list", "elements": "str", "default": list(BLOCKING_CHECKS)}})
+    CEPH.run(module, HealthInfo)
 
 
 if __name__ == "__main__":

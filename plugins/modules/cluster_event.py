@@ -53,20 +53,14 @@ options:
     type: list
     elements: dict
 extends_documentation_fragment:
+  - yasco.cluster.etcd.schema
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
 attributes:
   check_mode:
-    support: full
     details:
       - Reports the event it would append, and appends nothing.
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
-notes:
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.cluster_status
 """

@@ -57,16 +57,13 @@ options:
     type: path
     required: true
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details: Says whether the files would change, and writes nothing.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 requirements:
   - matplotlib
   - numpy

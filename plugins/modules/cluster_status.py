@@ -63,17 +63,9 @@ options:
     type: float
     default: 10
 extends_documentation_fragment:
+  - yasco.cluster.attributes.info_module
   - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
-attributes:
-  check_mode:
-    support: full
-    details: It changes nothing, in check mode or not.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 """
 
 EXAMPLES = r"""

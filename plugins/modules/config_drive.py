@@ -18,10 +18,6 @@ description:
 author:
   - YASCO developers (@yasco)
 options:
-  pool:
-    description: The pool.
-    type: str
-    required: true
   name:
     description: The image holding the drive. One of O(name) and O(drives) is required.
     type: str
@@ -50,17 +46,14 @@ options:
     description: Network configuration (cloud-init's version 1 or 2), if any.
     type: raw
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
+  - yasco.cluster.ceph.pool
 attributes:
-  check_mode:
-    support: full
   diff_mode:
     support: partial
     details: Shows the content digest before and after.
-  platform:
-    support: full
-    platforms: posix
 requirements:
   - pycdlib
 seealso:
@@ -105,33 +98,21 @@ results:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.config_drive import (
     PYCDLIB_IMPORT_ERROR, DriveRun)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
-    BatchModule, run_module)
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = BatchModule(
-        {
-            **CEPH_ARGUMENT_SPEC,
-            "pool": {"type": "str", "required": True},
-            "name": {"type": "str", "required": True},
-            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
-            "user_data": {"type": "raw"},
-            "meta_data": {"type": "raw"},
-            "network_config": {"type": "raw"},
-        },
-        option="drives",
-        required_if=[("state", "present", ("user_data",))],
-        module_class=module_class,
-    )
-    run_module(module, DriveRun, CephError,
-               {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR, "pycdlib": PYCDLIB_IMPORT_ERROR})
+    module = CEPH.module(module_class, {
+        "pool": {"type": "str", "required": True},
+        "name": {"type": "str", "required": True},
+        "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+        "user_data": {"type": "raw"},
+        "meta_data": {"type": "raw"},
+        "network_config": {"type": "raw"},
+    }, batch="drives", required_if=[("state", "present", ("user_data",))])
+    CEPH.run(module, DriveRun, requirements={"pycdlib": PYCDLIB_IMPORT_ERROR})
 
 
 if __name__ == "__main__":

@@ -82,26 +82,22 @@ options:
       - Like O(value), anything but a string is compared as compact JSON.
     type: raw
 extends_documentation_fragment:
+  - yasco.cluster.etcd.schema
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
 attributes:
   check_mode:
-    support: full
     details:
       - O(if_revision) and O(if_value) are checked against the key as it is now; etcd
         checks them again, atomically, when the task runs for real.
   diff_mode:
-    support: full
     details:
       - The value before and after; with O(prefix), every key deleted and its value.
-  platform:
-    support: full
-    platforms: posix
 notes:
   - When the key already holds O(value) bound to O(lease), nothing changes and
     O(if_revision) and O(if_value) are not checked, so that running the task again
     after it succeeded does not fail.
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.etcd_key_info
   - module: yasco.cluster.etcd_lease

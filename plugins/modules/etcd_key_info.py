@@ -33,22 +33,18 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - yasco.cluster.etcd.schema
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
 attributes:
   check_mode:
-    support: full
     details:
       - It only reads keys, so it reads them in check mode too.
   diff_mode:
     support: N/A
     details:
       - It changes nothing, so there is no difference to show.
-  platform:
-    support: full
-    platforms: posix
-notes:
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.etcd_key
   - plugin: yasco.cluster.etcd

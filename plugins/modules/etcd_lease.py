@@ -45,20 +45,16 @@ options:
       - A lease that exists keeps the TTL it was granted with.
     type: int
 extends_documentation_fragment:
+  - yasco.cluster.etcd.schema
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
 attributes:
   check_mode:
-    support: full
     details:
       - A grant in check mode without O(id) returns no RV(id), since etcd picks it.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
-notes:
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 seealso:
   - module: yasco.cluster.etcd_lease_info
   - module: yasco.cluster.etcd_key

@@ -28,20 +28,17 @@ options:
     type: int
     required: true
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
 attributes:
   check_mode:
-    support: full
     details:
       - It only reads the lease, so it reads it in check mode too.
   diff_mode:
     support: N/A
     details:
       - It changes nothing, so there is no difference to show.
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: yasco.cluster.etcd_lease
   - module: yasco.cluster.etcd_key

@@ -64,18 +64,15 @@ options:
     type: float
     default: 300
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
 attributes:
   check_mode:
-    support: full
     details:
       - It reads the alarms and each member's size, and returns what it would do.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: yasco.cluster.etcd_key
   - name: etcd's maintenance guide

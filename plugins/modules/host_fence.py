@@ -68,19 +68,14 @@ options:
     type: float
     default: 315360000
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
   - yasco.cluster.etcd
 attributes:
   check_mode:
-    support: full
     details:
       - A fence in check mode still waits while a lift stands.
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: yasco.cluster.ceph_fence
   - module: yasco.cluster.cluster_status
@@ -103,6 +98,8 @@ EXAMPLES = r"""
         alive: /yasco/yasco/hosts/hv1/alive
 """
 
+# The blocklist's, the locks' and the images' entries are ceph_fence's, whose run
+# HostFenceRun extends: Ansible takes no fragment for RETURN, so they stand here again.
 RETURN = r"""
 blocklisted:
   description: The entries this run added (would add, in check mode).
@@ -152,31 +149,22 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import HostFenceRun
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     ETCD_REQUIREMENTS, module_argument_spec)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import HostFenceRun
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec=module_argument_spec(
-            **CEPH_ARGUMENT_SPEC,
-            state={"type": "str", "default": "present", "choices": ["present", "absent"]},
-            records={"type": "list", "elements": "dict", "required": True},
-            images={"type": "list", "elements": "str", "default": []},
-            expire={"type": "float", "default": 315360000.0},
-        ),
-        supports_check_mode=True,
-    )
-    run_module(module, HostFenceRun, (CephError, EtcdError),
-               {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR, **ETCD_REQUIREMENTS})
+    module = CEPH.module(module_class, module_argument_spec(
+        state={"type": "str", "default": "present", "choices": ["present", "absent"]},
+        records={"type": "list", "elements": "dict", "required": True},
+        images={"type": "list", "elements": "str", "default": []},
+        expire={"type": "float", "default": 315360000.0},
+    ))
+    CEPH.run(module, HostFenceRun, EtcdError, requirements=ETCD_REQUIREMENTS)
 
 
 if __name__ == "__main__":

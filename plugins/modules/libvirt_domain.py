@@ -46,161 +46,6 @@ options:
     type: str
     choices: [present, running, shutdown, destroyed, absent]
     default: present
-  spec:
-    description:
-      - The VM to define. Mutually exclusive with O(xml).
-    type: dict
-    suboptions:
-      vcpus:
-        description: Virtual CPUs.
-        type: int
-        required: true
-      memory_mb:
-        description: Memory in MiB.
-        type: int
-        required: true
-      domain_type:
-        description: V(kvm) for hardware virtualisation, V(qemu) for emulation (TCG).
-        type: str
-        choices: [kvm, qemu]
-        default: kvm
-      machine:
-        description: The machine type.
-        type: str
-        default: pc
-      kernel:
-        description: A kernel to boot directly, a path on the hypervisor.
-        type: str
-      initrd:
-        description: An initrd for O(spec.kernel).
-        type: str
-      cmdline:
-        description: The kernel command line for O(spec.kernel).
-        type: str
-      disks:
-        description: Disks, in order; the first is the boot disk.
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          rbd:
-            description: An RBD image as C(pool/image). Exactly one of O(spec.disks[].rbd)
-              and O(spec.disks[].file).
-            type: str
-          file:
-            description: A file on the hypervisor, for example a config drive.
-            type: str
-          device:
-            description: The kind of device.
-            type: str
-            choices: [disk, cdrom]
-            default: disk
-          format:
-            description: The file's format.
-            type: str
-            default: raw
-          monitors:
-            description: Ceph monitors as C(host:port), for RBD disks.
-            type: list
-            elements: str
-            default: []
-          auth_user:
-            description: The cephx user (without C(client.)) for RBD disks.
-            type: str
-          secret_uuid:
-            description: The libvirt secret holding that user's key.
-            type: str
-          target:
-            description: The device name in the guest; by default C(vd), C(hd) or C(sd) (by
-              bus) and a letter by position.
-            type: str
-          bus:
-            description: The bus; V(virtio) for disks by default, and for CD-ROMs V(ide)
-              (V(sata) on a q35 machine).
-            type: str
-          cache:
-            description:
-              - The cache mode. V(none) (the default) sends every guest flush to the
-                storage, which live migration and fencing rely on.
-            type: str
-            default: none
-          discard:
-            description: Pass guest discards through (V(unmap)) or not (V(ignore)).
-            type: str
-            choices: [unmap, ignore]
-          readonly:
-            description: Attach read-only.
-            type: bool
-            default: false
-      nics:
-        description: Network interfaces.
-        type: list
-        elements: dict
-        default: []
-        suboptions:
-          network:
-            description: A libvirt network. Exactly one of O(spec.nics[].network) and
-              O(spec.nics[].bridge).
-            type: str
-          bridge:
-            description: A host bridge.
-            type: str
-          mac:
-            description: The MAC address; libvirt generates one when not set.
-            type: str
-          model:
-            description: The NIC model.
-            type: str
-            default: virtio
-      serial_log:
-        description:
-          - Write the serial console to this file on the hypervisor (appending), instead
-            of a pseudo-terminal.
-        type: path
-      guest_agent:
-        description:
-          - Give the guest a channel for the QEMU guest agent (C(qemu-guest-agent) in
-            the guest), which lets YASCO freeze its filesystems for a consistent
-            snapshot and see that its OS is up.
-        type: bool
-        default: false
-        version_added: 0.1.0
-      on_crash:
-        description:
-          - What happens when the guest's kernel panics.
-          - V(restart) gives the guest a pvpanic device, through which its kernel
-            (Linux's C(pvpanic) driver, loaded by any distribution kernel) reports a
-            panic, and libvirt then resets the guest within the same QEMU process. It
-            boots again on this host within seconds, its disks' locks kept, and the
-            host agent records the crash in the cluster's history. A guest left to
-            hang on a panic (Linux's default, C(panic=0)) would otherwise run on,
-            silently dead.
-          - V(destroy) powers the domain off, as libvirt's own default does; an HA VM
-            is then restarted by the HA reconciler, through a playbook run. The
-            pvpanic device is there either way.
-        type: str
-        choices: [restart, destroy]
-        default: restart
-        version_added: 0.1.0
-      watchdog:
-        description:
-          - Give the guest an C(i6300esb) watchdog device with the action C(reset). A
-            watchdog daemon in the guest (systemd's C(RuntimeWatchdogSec), or the
-            C(watchdog) package) pets it; when the guest hangs and the daemon stops,
-            QEMU resets the guest in place once the daemon's timeout has passed, and
-            the host agent records it in the cluster's history. Without a daemon the
-            device does nothing.
-        type: bool
-        default: false
-        version_added: 0.1.0
-      kind:
-        description:
-          - The VM's kind in YASCO, kept in the domain's metadata. The host agent
-            destroys the V(ha) domains when it self-fences, reading the kind from
-            libvirt because etcd is out of reach then.
-        type: str
-        choices: [ha, plain, preemptible]
-        version_added: 0.1.0
   xml:
     description:
       - Raw domain XML, instead of O(spec). Its name must be O(name).
@@ -282,17 +127,11 @@ options:
           - Must be less than O(timeout); a migration in post-copy is not cancelled.
         type: float
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.libvirt
+  - yasco.cluster.domain_spec
   - yasco.cluster.batch_independent
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Disks are not created or removed here; see M(yasco.cluster.rbd_image).
 seealso:
@@ -439,55 +278,10 @@ pending_restart:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import (
-    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import ON_CRASH
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_module import (
+    LIBVIRT, SPEC_OPTIONS)
 from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_domain import (
     DomainRun)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
-    BatchModule, run_module)
-
-DISK_OPTIONS = {
-    "rbd": {"type": "str"},
-    "file": {"type": "str"},
-    "device": {"type": "str", "choices": ["disk", "cdrom"], "default": "disk"},
-    "format": {"type": "str", "default": "raw"},
-    "monitors": {"type": "list", "elements": "str", "default": []},
-    "auth_user": {"type": "str"},
-    "secret_uuid": {"type": "str", "no_log": False},  # names a libvirt secret, holds none
-    "target": {"type": "str"},
-    "bus": {"type": "str"},
-    "cache": {"type": "str", "default": "none"},
-    "discard": {"type": "str", "choices": ["unmap", "ignore"]},
-    "readonly": {"type": "bool", "default": False},
-}
-NIC_OPTIONS = {
-    "network": {"type": "str"},
-    "bridge": {"type": "str"},
-    "mac": {"type": "str"},
-    "model": {"type": "str", "default": "virtio"},
-}
-SPEC_OPTIONS = {
-    "vcpus": {"type": "int", "required": True},
-    "memory_mb": {"type": "int", "required": True},
-    "domain_type": {"type": "str", "choices": ["kvm", "qemu"], "default": "kvm"},
-    "machine": {"type": "str", "default": "pc"},
-    "kernel": {"type": "str"},
-    "initrd": {"type": "str"},
-    "cmdline": {"type": "str"},
-    "disks": {"type": "list", "elements": "dict", "default": [], "options": DISK_OPTIONS,
-              "mutually_exclusive": [["rbd", "file"]], "required_one_of": [["rbd", "file"]],
-              "required_together": [["auth_user", "secret_uuid"]]},
-    "nics": {"type": "list", "elements": "dict", "default": [], "options": NIC_OPTIONS,
-             "mutually_exclusive": [["network", "bridge"]],
-             "required_one_of": [["network", "bridge"]]},
-    "serial_log": {"type": "path"},
-    "kind": {"type": "str", "choices": ["ha", "plain", "preemptible"]},
-    "guest_agent": {"type": "bool", "default": False},
-    "on_crash": {"type": "str", "choices": list(ON_CRASH), "default": ON_CRASH[0]},
-    "watchdog": {"type": "bool", "default": False},
-}
-
 
 # libvirt_migration.MigrationPolicy's fields; null leaves QEMU's own behaviour.
 MIGRATION_OPTIONS = {
@@ -500,27 +294,20 @@ MIGRATION_OPTIONS = {
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = BatchModule(
-        {
-            **LIBVIRT_ARGUMENT_SPEC,
-            "name": {"type": "str", "required": True},
-            "state": {"type": "str", "default": "present",
-                      "choices": ["present", "running", "shutdown", "destroyed", "absent"]},
-            "spec": {"type": "dict", "options": SPEC_OPTIONS},
-            "xml": {"type": "str"},
-            "autostart": {"type": "bool", "default": False},
-            "target_uri": {"type": "str"},
-            "timeout": {"type": "float", "default": 120.0},
-            "destroy_after_timeout": {"type": "bool", "default": False},
-            "migrate_tls": {"type": "bool", "default": True},
-            "migration": {"type": "dict", "options": MIGRATION_OPTIONS},
-        },
-        option="domains",
-        independent=True,
-        mutually_exclusive=[["spec", "xml"]],
-        module_class=module_class,
-    )
-    run_module(module, DomainRun, LibvirtAdapterError, {"libvirt-python": LIBVIRT_IMPORT_ERROR})
+    module = LIBVIRT.module(module_class, {
+        "name": {"type": "str", "required": True},
+        "state": {"type": "str", "default": "present",
+                  "choices": ["present", "running", "shutdown", "destroyed", "absent"]},
+        "spec": {"type": "dict", "options": SPEC_OPTIONS},
+        "xml": {"type": "str"},
+        "autostart": {"type": "bool", "default": False},
+        "target_uri": {"type": "str"},
+        "timeout": {"type": "float", "default": 120.0},
+        "destroy_after_timeout": {"type": "bool", "default": False},
+        "migrate_tls": {"type": "bool", "default": True},
+        "migration": {"type": "dict", "options": MIGRATION_OPTIONS},
+    }, batch="domains", independent=True, mutually_exclusive=[["spec", "xml"]])
+    LIBVIRT.run(module, DomainRun)
 
 
 if __name__ == "__main__":

@@ -31,17 +31,9 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - yasco.cluster.attributes.info_module
   - ansible.builtin.action_common_attributes
   - yasco.cluster.libvirt
-attributes:
-  check_mode:
-    support: full
-    details: It changes nothing, in check mode or not.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: yasco.cluster.libvirt_domain
 """
@@ -83,24 +75,18 @@ no_agent:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import (
-    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_module import LIBVIRT
 from ansible_collections.yasco.cluster.plugins.module_utils.resources.libvirt_guest import (
     DomainInfo)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={**LIBVIRT_ARGUMENT_SPEC, "name": {"type": "str"},
-                       "domains": {"type": "list", "elements": "dict"},
-                       "guest_agent": {"type": "bool", "default": False}},
-        required_one_of=[["name", "domains"]],
-        mutually_exclusive=[["name", "domains"]],
-        supports_check_mode=True,
-    )
-    run_module(module, DomainInfo, LibvirtAdapterError,
-               {"libvirt-python": LIBVIRT_IMPORT_ERROR})
+    module = LIBVIRT.module(module_class, {
+        "name": {"type": "str"},
+        "domains": {"type": "list", "elements": "dict"},
+        "guest_agent": {"type": "bool", "default": False},
+    }, required_one_of=[["name", "domains"]], mutually_exclusive=[["name", "domains"]])
+    LIBVIRT.run(module, DomainInfo)
 
 
 if __name__ == "__main__":

@@ -93,17 +93,12 @@ options:
     type: float
     default: 20
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: full
     details:
       - It reads the power state and says whether it would change it.
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
 notes:
   - The password goes to the agent on its standard input, not on its command line;
     C(fence_ipmilan) hands it to C(ipmitool) with C(-P), which C(ipmitool) blanks as

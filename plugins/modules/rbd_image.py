@@ -19,10 +19,6 @@ description:
 author:
   - YASCO developers (@yasco)
 options:
-  pool:
-    description: The pool.
-    type: str
-    required: true
   name:
     description: The image. One of O(name) and O(images) is required.
     type: str
@@ -71,16 +67,10 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
-  platform:
-    support: full
-    platforms: posix
+  - yasco.cluster.ceph.pool
 seealso:
   - module: yasco.cluster.rbd_image_info
   - module: yasco.cluster.ceph_fence
@@ -166,34 +156,24 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.resources.ceph_image import ImageRun
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
-    BatchModule, run_module)
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = BatchModule(
-        {
-            **CEPH_ARGUMENT_SPEC,
-            "pool": {"type": "str", "required": True},
-            "name": {"type": "str", "required": True},
-            "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
-            "size": {"type": "raw"},
-            "features": {"type": "list", "elements": "str"},
-            "clone_from": {"type": "str"},
-            "snapshot": {"type": "str"},
-            "snapshot_state": {"type": "str", "default": "present",
-                               "choices": ["present", "absent", "rollback"]},
-            "force": {"type": "bool", "default": False},
-        },
-        option="images",
-        module_class=module_class,
-    )
-    run_module(module, ImageRun, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
+    module = CEPH.module(module_class, {
+        "pool": {"type": "str", "required": True},
+        "name": {"type": "str", "required": True},
+        "state": {"type": "str", "default": "present", "choices": ["present", "absent"]},
+        "size": {"type": "raw"},
+        "features": {"type": "list", "elements": "str"},
+        "clone_from": {"type": "str"},
+        "snapshot": {"type": "str"},
+        "snapshot_state": {"type": "str", "default": "present",
+                           "choices": ["present", "absent", "rollback"]},
+        "force": {"type": "bool", "default": False},
+    }, batch="images")
+    CEPH.run(module, ImageRun)
 
 
 if __name__ == "__main__":

@@ -15,26 +15,15 @@ description:
 author:
   - YASCO developers (@yasco)
 options:
-  pool:
-    description: The pool.
-    type: str
-    required: true
   name:
     description: The image.
     type: str
     required: true
 extends_documentation_fragment:
+  - yasco.cluster.attributes.info_module
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
-attributes:
-  check_mode:
-    support: full
-    details: It changes nothing, in check mode or not.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
+  - yasco.cluster.ceph.pool
 seealso:
   - module: yasco.cluster.rbd_image
   - module: yasco.cluster.ceph_fence
@@ -71,21 +60,14 @@ image:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.resources.ceph_image import ImageInfo
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={**CEPH_ARGUMENT_SPEC, "pool": {"type": "str", "required": True},
-                       "name": {"type": "str", "required": True}},
-        supports_check_mode=True,
-    )
-    run_module(module, ImageInfo, CephError, {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
+    module = CEPH.module(module_class, {"pool": {"type": "str", "required": True},
+                                        "name": {"type": "str", "required": True}})
+    CEPH.run(module, ImageInfo)
 
 
 if __name__ == "__main__":

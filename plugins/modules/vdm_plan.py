@@ -100,14 +100,10 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
   platform:
-    support: full
     platforms: all
 requirements:
   - numpy

@@ -50,17 +50,14 @@ options:
     type: str
     default: unknown
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
 attributes:
   check_mode:
-    support: full
     details: Says which set it would write, full or incremental.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 requirements:
   - the C(rbd) command (Debian package ceph-common)
 seealso:
@@ -105,30 +102,21 @@ manifest:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.vm_backup import (
     BackupError, BackupRun)
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={
-            **CEPH_ARGUMENT_SPEC,
-            "vm": {"type": "str", "required": True},
-            "images": {"type": "list", "elements": "str", "required": True},
-            "snapshot": {"type": "str", "required": True},
-            "directory": {"type": "path", "required": True},
-            "full": {"type": "bool", "default": False},
-            "consistency": {"type": "str", "default": "unknown"},
-        },
-        supports_check_mode=True,
-    )
-    run_module(module, lambda params, check: BackupRun(params, check, module.run_command),
-               (BackupError, CephError), {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
+    module = CEPH.module(module_class, {
+        "vm": {"type": "str", "required": True},
+        "images": {"type": "list", "elements": "str", "required": True},
+        "snapshot": {"type": "str", "required": True},
+        "directory": {"type": "path", "required": True},
+        "full": {"type": "bool", "default": False},
+        "consistency": {"type": "str", "default": "unknown"},
+    })
+    CEPH.run(module, BackupRun.through(module), BackupError)
 
 
 if __name__ == "__main__":

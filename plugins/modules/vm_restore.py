@@ -42,17 +42,14 @@ options:
     type: str
     default: -restored
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
 attributes:
   check_mode:
-    support: full
     details: Checks the files and the disks, and says what it would import.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 requirements:
   - the C(rbd) command (Debian package ceph-common)
 seealso:
@@ -87,29 +84,20 @@ images:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.vm_backup import (
     BackupError, RestoreRun)
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={
-            **CEPH_ARGUMENT_SPEC,
-            "vm": {"type": "str", "required": True},
-            "directory": {"type": "path", "required": True},
-            "snapshot": {"type": "str"},
-            "in_place": {"type": "bool", "default": False},
-            "suffix": {"type": "str", "default": "-restored"},
-        },
-        supports_check_mode=True,
-    )
-    run_module(module, lambda params, check: RestoreRun(params, check, module.run_command),
-               (BackupError, CephError), {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR})
+    module = CEPH.module(module_class, {
+        "vm": {"type": "str", "required": True},
+        "directory": {"type": "path", "required": True},
+        "snapshot": {"type": "str"},
+        "in_place": {"type": "bool", "default": False},
+        "suffix": {"type": "str", "default": "-restored"},
+    })
+    CEPH.run(module, RestoreRun.through(module), BackupError)
 
 
 if __name__ == "__main__":

@@ -60,18 +60,15 @@ options:
       V(12h) or seconds; by default none is too old.
     type: raw
 extends_documentation_fragment:
+  - yasco.cluster.attributes
   - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
   - yasco.cluster.libvirt
 attributes:
   check_mode:
-    support: full
     details: Says what would be taken and removed, and how consistent it would be.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: yasco.cluster.rbd_image
   - module: yasco.cluster.libvirt_domain
@@ -135,35 +132,25 @@ kept_protected:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import (
-    CEPH_IMPORT_ERROR, CEPH_REQUIREMENT, CephError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import (
-    CEPH_ARGUMENT_SPEC)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt import (
-    LIBVIRT_ARGUMENT_SPEC, LIBVIRT_IMPORT_ERROR, LibvirtAdapterError)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CEPH
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_module import LIBVIRT
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.vm_snapshot import (
     SnapshotError, SnapshotRun)
 
 
 def main(module_class=AnsibleModule) -> None:
-    module = module_class(
-        argument_spec={
-            **CEPH_ARGUMENT_SPEC,
-            **LIBVIRT_ARGUMENT_SPEC,
-            "name": {"type": "str", "required": True},
-            "images": {"type": "list", "elements": "str", "required": True},
-            "snapshot": {"type": "str"},
-            "prefix": {"type": "str", "default": "yasco-"},
-            "quiesce": {"type": "str", "choices": ["auto", "required", "never"],
-                        "default": "auto"},
-            "keep": {"type": "int"},
-            "max_age": {"type": "raw"},
-        },
-        supports_check_mode=True,
-    )
-    run_module(module, SnapshotRun, (SnapshotError, CephError, LibvirtAdapterError),
-               {CEPH_REQUIREMENT: CEPH_IMPORT_ERROR, "libvirt-python": LIBVIRT_IMPORT_ERROR})
+    connection = CEPH + LIBVIRT
+    module = connection.module(module_class, {
+        "name": {"type": "str", "required": True},
+        "images": {"type": "list", "elements": "str", "required": True},
+        "snapshot": {"type": "str"},
+        "prefix": {"type": "str", "default": "yasco-"},
+        "quiesce": {"type": "str", "choices": ["auto", "required", "never"],
+                    "default": "auto"},
+        "keep": {"type": "int"},
+        "max_age": {"type": "raw"},
+    })
+    connection.run(module, SnapshotRun, SnapshotError)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import CephError
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CephRun
 
 # Features librbd can switch on an existing image; the rest are fixed at creation.
 DYNAMIC_FEATURES = {"exclusive-lock", "object-map", "fast-diff", "journaling"}
@@ -46,16 +47,12 @@ def _text(state: dict[str, Any] | None) -> str:
     return json.dumps(shown, indent=2, sort_keys=True) + "\n"
 
 
-class ImageRun:
+class ImageRun(CephRun):
     """One run of the rbd_image module."""
-
-    session = staticmethod(ceph.connect)  # what a batch of images shares
 
     def __init__(self, params: dict[str, Any], check_mode: bool,
                  session: ceph.Cluster | None = None) -> None:
-        self.params = params
-        self.check_mode = check_mode
-        self.session = session
+        super().__init__(params, check_mode, session)
         self.actions: list[str] = []
         self.pool, self.name = params["pool"], params["name"]
         self.where = f"image {self.pool}/{self.name}"
@@ -68,7 +65,7 @@ class ImageRun:
     def run(self) -> dict[str, Any]:
         p = self.params
         size = ceph.parse_size(p["size"], "size") if p.get("size") is not None else None
-        with ceph.connected(p, self.session) as cluster, \
+        with self.connected() as cluster, \
                 cluster.opened(self.pool, self.name) as (ioctx, image):
             self.ourselves = cluster.rados.get_instance_id()
             before = describe(image, self.pool, self.name, self.ourselves) if image else None

@@ -33,6 +33,7 @@ else:
     PYCDLIB_IMPORT_ERROR = None
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CephRun
 
 DIGEST_KEY = "yasco.cidata.sha256"
 _MIB = 1024 * 1024
@@ -88,20 +89,12 @@ def read_iso(data: bytes) -> dict[str, bytes]:
     return files
 
 
-class DriveRun:
+class DriveRun(CephRun):
     """One run of the config_drive module."""
-
-    session = staticmethod(ceph.connect)  # what a batch of drives shares
-
-    def __init__(self, params: dict[str, Any], check_mode: bool,
-                 session: ceph.Cluster | None = None) -> None:
-        self.params = params
-        self.check_mode = check_mode
-        self.session = session
 
     def run(self) -> dict[str, Any]:
         p = self.params
-        with ceph.connected(p, self.session) as cluster, \
+        with self.connected() as cluster, \
                 cluster.opened(p["pool"], p["name"], "config drive") as (ioctx, image):
             current = None
             if image is not None:

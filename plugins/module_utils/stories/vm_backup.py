@@ -108,7 +108,12 @@ class Rbd:
 
 
 class _RbdRun:
-    """A module run that drives the `rbd` command through `run` (run_command)."""
+    """A module run that drives the `rbd` command through `run` (run_command), on the
+    backup sets in `directory`. What the file system refuses fails the run, saying
+    what it was doing with them (`doing`) and what to check (`advice`)."""
+
+    doing = ""
+    advice = ""
 
     def __init__(self, params: dict[str, Any], check_mode: bool,
                  run: Callable[..., tuple[int, str, str]]) -> None:
@@ -116,17 +121,28 @@ class _RbdRun:
         self.check_mode = check_mode
         self.rbd = Rbd(params, run)
 
-
-class BackupRun(_RbdRun):
-    """One run of the vm_backup module."""
+    @classmethod
+    def through(cls, module: Any) -> Callable[[dict[str, Any], bool], _RbdRun]:
+        """The run as module_run.run_module makes it, `rbd` run by `module`'s
+        run_command."""
+        return lambda params, check_mode: cls(params, check_mode, module.run_command)
 
     def run(self) -> dict[str, Any]:
         try:
             return self._run()
         except OSError as err:
-            raise BackupError(f"{self.params['directory']}: cannot write the backup "
-                              f"({err.strerror}: {err.filename}); check the directory's "
-                              "permissions and free space") from err
+            raise BackupError(f"{self.params['directory']}: cannot {self.doing} the backup "
+                              f"({err.strerror}: {err.filename}){self.advice}") from err
+
+    def _run(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class BackupRun(_RbdRun):
+    """One run of the vm_backup module."""
+
+    doing = "write"
+    advice = "; check the directory's permissions and free space"
 
     def _run(self) -> dict[str, Any]:
         p = self.params
@@ -191,12 +207,7 @@ class BackupRun(_RbdRun):
 class RestoreRun(_RbdRun):
     """One run of the vm_restore module."""
 
-    def run(self) -> dict[str, Any]:
-        try:
-            return self._run()
-        except OSError as err:
-            raise BackupError(f"{self.params['directory']}: cannot read the backup "
-                              f"({err.strerror}: {err.filename})") from err
+    doing = "read"
 
     def _run(self) -> dict[str, Any]:
         p = self.params
