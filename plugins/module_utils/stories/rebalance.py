@@ -28,8 +28,6 @@ class RebalanceError(Exception):
     """The homes cannot be reached without overloading a host."""
 
 
-
-
 def loads(where: dict[str, str], sizes: dict[str, dict[str, float]],
           capacity: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Each host's load with every VM where `where` (VM -> host) has it."""
