@@ -19,9 +19,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import atomic_file
-from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_document, vdm_what_if
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_quorum import (
     quorum_problem)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner import vdm_document, vdm_what_if
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_check import check
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (
     VdmInputError, headline, load_problem)

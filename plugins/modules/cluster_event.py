@@ -111,7 +111,6 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     EtcdError)
@@ -119,6 +118,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module
     ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import (
     BatchModule, run_module)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 
 ARGUMENT_SPEC = module_argument_spec(
     cluster={"type": "str", "default": "yasco"},

@@ -123,11 +123,11 @@ incident:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report import ReportError
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_canvas import (
     MATPLOTLIB_IMPORT_ERROR)
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_report_write import ReportRun
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 
 
 def main(module_class=AnsibleModule) -> None:

@@ -136,13 +136,13 @@ table:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_status import (
-    cluster_status)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module import (
     ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
+from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_status import (
+    cluster_status)
 
 
 def main(module_class=AnsibleModule) -> None:

@@ -12,8 +12,7 @@ from typing import Any
 from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_connection import (
-    Connection)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import Connection
 
 CEPH_ARGUMENT_SPEC: dict[str, dict[str, Any]] = {
     "conf": {"type": "path", "default": "/etc/ceph/ceph.conf",

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import ON_CRASH
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_connection import (
-    Connection)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import Connection
 
 LIBVIRT = Connection(lv.LIBVIRT_ARGUMENT_SPEC, (lv.LibvirtAdapterError,),
                      {"libvirt-python": lv.LIBVIRT_IMPORT_ERROR})

@@ -7,6 +7,13 @@ one task does the same for a list of items. Each module hands `run_module` a run
 class, its adapter's error class and the libraries it needs; etcd's modules, whose
 work is a function of a connected client, make theirs with etcd_module.etcd_run.
 
+A `Connection` (Ceph's in ceph_module.py, libvirt's in libvirt_module.py) is what every
+module that reaches one service shares: its options, documented by the doc fragment
+of the same name, the error its adapter raises and the libraries it needs. A module
+names the connections it takes, its own options and its run class;
+`Connection.module` builds the task's module and `Connection.run` runs it through
+`run_module`.
+
 A batch exists because each task a loop runs starts Python, imports the bindings and
 connects again: provisioning ten VMs on a host as ten loop items costs ten times
 that, as one batch once. Each element is validated exactly as the single form's
@@ -21,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -259,3 +267,38 @@ def no_session(params: dict[str, Any]) -> contextlib.AbstractContextManager:
     """For run classes that open what they need themselves."""
     del params
     return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The options of a connection, the errors its adapter raises, and the libraries
+    it needs (a name -> the traceback of its failed import, or None). `a + b` is a
+    module that takes both."""
+
+    options: dict[str, dict[str, Any]]
+    errors: tuple[type[Exception], ...]
+    requirements: dict[str, str | None]
+
+    def __add__(self, other: Connection) -> Connection:
+        return Connection({**self.options, **other.options}, self.errors + other.errors,
+                          {**self.requirements, **other.requirements})
+
+    def module(self, module_class: Callable[..., Any], options: dict[str, dict[str, Any]],
+               *, batch: str | None = None, **rules: Any) -> Any:
+        """The task's module, with the connection's options and `options`, supporting
+        check mode: built by `module_class` (AnsibleModule, or what stands in for it on
+        the controller), or with `batch` a BatchModule whose items are the elements of
+        that option. `rules` are AnsibleModule's (required_if, mutually_exclusive...)."""
+        argument_spec = {**self.options, **options}
+        if batch:
+            return BatchModule(argument_spec, option=batch, module_class=module_class,
+                               **rules)
+        return module_class(argument_spec=argument_spec, supports_check_mode=True, **rules)
+
+    def run(self, module: Any, run_class: Any, *errors: type[Exception],
+            requirements: dict[str, str | None] | None = None) -> None:
+        """Run `run_class` (module_run.run_module) and exit: the connection's errors and
+        `errors` fail the task with their message, and its libraries and
+        `requirements` must be there."""
+        run_module(module, run_class, self.errors + errors,
+                   {**self.requirements, **(requirements or {})})

@@ -14,9 +14,9 @@ import dataclasses
 import json
 from typing import Any
 
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys, metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import (
     PROBE_EVERY, PROBE_TIMEOUT)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys, metrics
 
 # What a stop of the host may do with its HA VMs (planned_stop.py, docs/agent.md).
 SHUTDOWN_POLICIES = ("conditional", "freeze", "failover", "migrate")

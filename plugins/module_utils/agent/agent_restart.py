@@ -45,13 +45,13 @@ import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd_keys
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 
 LOG = logging.getLogger("yasco-agent")
 # libvirt's VIR_DOMAIN_EVENT_STOPPED details that are a failure of the VM's, and how

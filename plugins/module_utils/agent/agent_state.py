@@ -18,13 +18,13 @@ import threading
 import time
 from typing import Any
 
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys, hw_watchdog
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.agent import (
     agent_restart, storage_probe)
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import (
     PROBE_TIMEOUT)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys, hw_watchdog
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 
 # What the liveness key and the metrics say of the agent's version.
 VERSION = "0.2.0"

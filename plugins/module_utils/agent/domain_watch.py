@@ -20,14 +20,14 @@ import queue
 import threading
 import time
 
-from ansible_collections.yasco.cluster.plugins.module_utils.agent import (
-    agent_restart, storage_probe)
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_watch import StorageWatch
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import (
+    agent_restart, storage_probe)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_watch import StorageWatch
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 
 LOG = logging.getLogger("yasco-agent")
 

@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import hw_watchdog, metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.agent import storage_probe
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state import VERSION
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.domain_watch import (
@@ -41,7 +42,6 @@ from ansible_collections.yasco.cluster.plugins.module_utils.agent.liveness impor
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.planned_stop import PlannedStop
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.self_fence import (
     SelfFence, notify_systemd)
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters import hw_watchdog, metrics
 
 LOG = logging.getLogger("yasco-agent")
 

@@ -27,16 +27,16 @@ import logging
 import os
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state import VERSION
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.planned_stop import by_agent
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import PROBE_EVERY
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_watch import StorageWatch
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError, NoSpace
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state import VERSION
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.planned_stop import by_agent
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import PROBE_EVERY
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_watch import StorageWatch
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 
 LOG = logging.getLogger("yasco-agent")
 

@@ -17,13 +17,13 @@ import subprocess
 import time
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.self_fence import SelfFence
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.self_fence import SelfFence
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 
 LOG = logging.getLogger("yasco-agent")
 

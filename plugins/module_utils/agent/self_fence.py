@@ -33,8 +33,8 @@ import os
 import socket
 import time
 
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state import AgentState
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state import AgentState
 
 LOG = logging.getLogger("yasco-agent")
 

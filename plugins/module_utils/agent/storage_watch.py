@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.agent import storage_probe
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state import AgentState
-from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import (
-    PROBE_EVERY, PROBE_TIMEOUT)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import EtcdError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import json_or_none
+from ansible_collections.yasco.cluster.plugins.module_utils.agent import storage_probe
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_state import AgentState
+from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe import (
+    PROBE_EVERY, PROBE_TIMEOUT)
 
 LOG = logging.getLogger("yasco-agent")
 

@@ -44,9 +44,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_p
     Memory, Policy)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
     candidates, host_loads, make_room)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import size
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import (
     ACTIVE, FAILED, MIGRATING, RUNNING, STARTING)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import size
 
 # What the reconciler's steps ask recover_vm.yml to do.
 STEP_ACTIONS = ("restart", "relocate", "stop", "fail", "confirm")

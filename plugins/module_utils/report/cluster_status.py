@@ -15,12 +15,12 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import from_json
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 
 
 def _running_domains(name: str, uri: str, timeout: float) -> tuple[dict[str, str] | None, str]:

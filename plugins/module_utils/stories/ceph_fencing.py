@@ -16,12 +16,12 @@ import time
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import CephError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import KeyValue
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     FENCE_LIFT_MARK, fence_lift_mark, fence_stands, fence_unmarked, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 
 # A host's fence is two things changed together: its entries in Ceph's blocklist and
 # its record in etcd (fences/<host>). Ceph knows nothing of etcd's revisions, so a run

@@ -20,11 +20,12 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import preempt_step
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.rebalance import (
     NOTHING, fits, hypervisors_of, loads, room, wave_steps, waves)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
 
 
 class DrainError(Exception):
@@ -45,7 +46,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
                     and entry.get("libvirt") == "reachable")
     if not others:
         raise DrainError(f"no other hypervisor is up to take {host}'s VMs")
-    vms = {vm["name"]: vm for vm in status.get("vms", [])}
+    vms = ClusterView(status).vms
     busy = sorted(name for name, vm in vms.items() if (vm.get("record") or {}).get("state")
                   in ("migrating", "starting"))
     if busy:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 
@@ -33,9 +34,9 @@ def failed_hosts(status: dict[str, Any]) -> list[str]:
     """Hypervisors etcd sees as failed: no liveness key, and not in maintenance; or
     in maintenance, gone down without their agent's clean stop while VMs are still
     recorded running there (etcd_keys.died_in_maintenance: a crash during a drain)."""
-    busy = {(vm.get("record") or {}).get("host") for vm in status.get("vms", [])
+    busy = {(vm.get("record") or {}).get("host") for vm in ClusterView(status).vms.values()
             if (vm.get("record") or {}).get("state") in ACTIVE}
-    return sorted(h["name"] for h in status.get("hypervisors", [])
+    return sorted(h["name"] for h in ClusterView(status).hosts.values()
                   if not h.get("alive") and (not h.get("maintenance") or (
                       etcd_keys.died_in_maintenance(h) and h["name"] in busy)))
 
@@ -47,7 +48,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     if not view.planned:
         raise EvacuationError("no VDM: plan one with playbooks/plan.yml")
     failed = failed_hosts(status)
-    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
+    hosts = ClusterView(status).hosts
     # No VM is started on a host in maintenance (drained or draining), still fenced
     # from an earlier failure, or cut off from Ceph: the plan for the larger set
     # avoids them.
@@ -58,11 +59,11 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         raise EvacuationError(f"{', '.join(unknown)}: not in the VDM; re-plan with the "
                               "current hypervisors")
     by_name = {item["name"]: item for item in items}
-    vms = {vm["name"]: vm for vm in status.get("vms", [])}
+    vms = ClusterView(status).vms
     kinds = view.kinds()
     failover = view.failover_for(failed + unusable) if failed else {
         "targets": {}, "preempt": [], "down": [], "planned": True}
-    requested = status.get("requested") or {}
+    requested = ClusterView(status).requested
     start: list[dict[str, Any]] = []
     down: list[dict[str, Any]] = []
     settled: list[str] = []
@@ -218,7 +219,7 @@ def refusals(evacuation: dict[str, Any], status: dict[str, Any],
     saying what to do: HA disarmed (unless `while_disarmed`), or a failed host that
     never registered the Ceph addresses its fence needs."""
     reasons = []
-    disarmed = status.get("ha_disarmed")
+    disarmed = ClusterView(status).ha_disarmed
     if disarmed is not None and not while_disarmed:
         reasons.append(
             f"HA is disarmed by {disarmed.get('by') or '?'} since "

@@ -22,6 +22,7 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import images_of
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.return_home import unfence
@@ -76,10 +77,10 @@ def shutdown_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[
     """Every VM that runs, by tier from the lowest, with the host it runs on; and the
     hypervisors libvirt could not reach, whose VMs are not known."""
     _check_vdm(vdm)
-    uris = {h["name"]: h.get("uri") for h in status.get("hypervisors", [])}
+    uris = ClusterView(status).uris
     priorities = _priorities(vdm, items)
     entries = []
-    for vm in status.get("vms", []):
+    for vm in ClusterView(status).vms.values():
         for host in vm.get("running_on") or []:
             # A domain YASCO does not know still goes down, in the lowest plain tier.
             kind = vm.get("kind") or "plain"
@@ -91,14 +92,14 @@ def shutdown_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[
                             if vm.get("record") is not None else None})
     return {
         "hosts": sorted(uris),
-        "unreachable": sorted(h["name"] for h in status.get("hypervisors", [])
+        "unreachable": sorted(h["name"] for h in ClusterView(status).hosts.values()
                               if h.get("libvirt") != "reachable"),
         "tiers": _tiers(entries, descending=False),
         # Created only where none is: a drain's or an operator's marker says more.
         "markers": [{"key": etcd_keys.maintenance_key(h["name"], cluster=cluster),
                      "value": {"by": EMERGENCY, "reason": "emergency shutdown", "since": at},
                      "if_revision": 0}
-                    for h in status.get("hypervisors", []) if not h.get("maintenance")],
+                    for h in ClusterView(status).hosts.values() if not h.get("maintenance")],
         "vms": len(entries),
     }
 
@@ -160,7 +161,7 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
     down with why."""
     _check_vdm(vdm)
     without = sorted(set(without or []))
-    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
+    hosts = ClusterView(status).hosts
     unknown = sorted(set(without) - set(hosts))
     if unknown:
         raise PowerError(f"yasco_cold_start_without: {', '.join(unknown)} is not a hypervisor "
@@ -187,7 +188,7 @@ def cold_start_plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dic
     view = VdmView(vdm)
     kinds = view.kinds("plain")
     start, running, left = [], [], []
-    for vm in status.get("vms", []):
+    for vm in ClusterView(status).vms.values():
         name, record = vm["name"], vm.get("record") or {}
         home = view.home(name)
         if vm.get("running_on"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import RESOURCES
 
@@ -188,7 +189,7 @@ def hypervisors_of(status: dict[str, Any], vdm: Any, host: str,
     hypervisors; else `error` raised, saying what to do."""
     if not VdmView(vdm).planned:
         raise error("no VDM: plan one with playbooks/plan.yml")
-    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
+    hosts = ClusterView(status).hosts
     if host not in hosts:
         raise error(f"{host}: not a hypervisor of this inventory (known: "
                     f"{', '.join(sorted(hosts)) or 'none'})")

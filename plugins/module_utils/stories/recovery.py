@@ -26,11 +26,12 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
-from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
-    ceph_addrs, images_of, preempt_step)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import STEP_ACTIONS
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
     REQUESTED_STATES)
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
+    ceph_addrs, images_of, preempt_step)
 
 
 class RecoveryError(Exception):
@@ -64,8 +65,8 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise RecoveryError("yasco_recover: must be a list of the reconciler's steps "
                             "(each a mapping with action and vm)")
-    hosts = {h["name"]: h for h in status.get("hypervisors", [])}
-    vms = {vm["name"]: vm for vm in status.get("vms", [])}
+    hosts = ClusterView(status).hosts
+    vms = ClusterView(status).vms
     by_name = {item["name"]: item for item in items}
     # A client on a fenced host is cut off from the disks for good: its locks are
     # dead, wherever the VM was recorded (a VM moved by hand, then its host failed).

@@ -23,8 +23,9 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
     ceph_addrs, images_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.rebalance import (
@@ -47,7 +48,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     here = hosts[host]
     _check_ready(here)
     fence = here.get("fence")
-    vms = {vm["name"]: vm for vm in status.get("vms", [])}
+    vms = ClusterView(status).vms
     by_name = {item["name"]: item for item in items}
 
     # A copy the host runs of a VM that etcd does not record running there: the

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.atomic_file import replace
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import CephError
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -300,8 +301,8 @@ def selected_vms(status: dict[str, Any], items: list[dict[str, Any]],
     if unknown:
         raise BackupError(f"{', '.join(unknown)}: not in yasco_vms (known: "
                           f"{', '.join(sorted(by_name)) or 'none'})")
-    uris = {h["name"]: h.get("uri") for h in status.get("hypervisors", [])}
-    vms = {vm["name"]: vm for vm in status.get("vms", [])}
+    uris = ClusterView(status).uris
+    vms = ClusterView(status).vms
     out = []
     for name in dict.fromkeys(selected):
         vm = vms.get(name, {})

@@ -25,8 +25,8 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
-from ansible_collections.yasco.cluster.plugins.module_utils.resources import libvirt_guest
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import CephError
+from ansible_collections.yasco.cluster.plugins.module_utils.resources import libvirt_guest
 
 
 class SnapshotError(Exception):

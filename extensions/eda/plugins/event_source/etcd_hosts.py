@@ -276,13 +276,13 @@ except ImportError:  # ansible-rulebook runs this file by path, outside any pack
     from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import metrics
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import WatchEvent
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     NO_SPACE_ADVICE, Compacted, EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_events import timestamp
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states import (
     HostStates, agent_ttl)
 # The reconciler imports nothing but the standard library: the decision environment
