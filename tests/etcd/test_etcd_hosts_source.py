@@ -482,14 +482,14 @@ def test_the_leader_times_an_evacuation_until_the_ha_vms_run_elsewhere(etcd, clu
         client.put(etcd_keys.vdm_ha_key(cluster=cluster), to_json(ha_view(vdm)))
         source = start(reconcile_interval=0.2)
         wait_until_leading(source)
-        assert wait_for(lambda: source.watcher.observed is not None
-                        and "web" in source.watcher.observed["records"], WAIT)
+        assert wait_for(lambda: source.watcher.view.observed is not None
+                        and "web" in source.watcher.view.observed["records"], WAIT)
         client.revoke_lease(lease)
         assert source.next()["type"] == "host_down"
         emitted = time.monotonic()
         time.sleep(1)  # the reconciler looks five times: still down, still timed
         (durations,) = families_of(source)["evacuation_seconds"].samples
-        assert durations[1].count == 0 and len(source.watcher.evacuating) == 1
+        assert durations[1].count == 0 and len(source.watcher.view.evacuating) == 1
         # The evacuation's work, as the playbook and hv2's agent leave it in etcd.
         client.put(etcd_keys.vm_key("web", cluster=cluster),
                    to_json({"host": "hv2", "state": "running"}))
@@ -498,7 +498,7 @@ def test_the_leader_times_an_evacuation_until_the_ha_vms_run_elsewhere(etcd, clu
         assert wait_for(lambda: durations[1].count == 1, WAIT)
         buckets, seconds = durations[1].buckets()
         assert 1 <= seconds <= time.monotonic() - emitted + 0.5, seconds
-        assert buckets[-1] == ("+Inf", 1) and source.watcher.evacuating == []
+        assert buckets[-1] == ("+Inf", 1) and source.watcher.view.evacuating == []
         # A VM that dies on a live host: the reconciler's restart is counted.
         client.delete(etcd_keys.domain_key("hv2", "web", cluster=cluster))
         event = source.next()

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import (
-    cluster_events, host_states)
+    cluster_events, host_states, watcher_view)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys, metrics
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
@@ -198,7 +198,7 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
                         <= prometheus.firing(), WAIT), prometheus.firing()
         events = {s.labels["type"]: s.value for s in scrape(listen["watcher"])[
             "yasco_watcher_events"] if s.name.endswith("_total")}
-        assert events == {**dict.fromkeys(etcd_hosts.EVENT_TYPES, 0), "host_up": 1,
+        assert events == {**dict.fromkeys(watcher_view.EVENT_TYPES, 0), "host_up": 1,
                           "host_down": 1}
         # Every query of the shipped Grafana dashboard runs, with data over all of it.
         for title, expr in dashboard_queries().items():
@@ -221,7 +221,7 @@ def test_every_event_the_watcher_emits_is_counted_from_zero():
     # What the hosts' states report, the event source emits (its _report).
     emitted |= set(re.findall(r'Report\("([a-z_]+)"', Path(host_states.__file__).read_text()))
     assert len(emitted) >= 8 and "_emit(queue, kind" not in source
-    assert emitted == set(etcd_hosts.EVENT_TYPES)
+    assert emitted == set(watcher_view.EVENT_TYPES)
 
 
 def test_a_metrics_address_that_is_no_address_is_refused_naming_the_setting():

@@ -287,12 +287,13 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states 
     HostStates, agent_ttl)
 # The reconciler imports nothing but the standard library: the decision environment
 # needs neither the planner nor its solver.
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import (
-    STEP_ACTIONS, decide)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import decide
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
-    failures_tolerated, ha_vms, observe)
+    observe)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
     Memory, Policy)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.watcher_view import (
+    WatcherView, alarm_text, disarm_text, member_size, members_over)
 
 LOG = logging.getLogger("yasco.cluster.etcd_hosts")
 RETRY = 1.0
@@ -305,26 +306,9 @@ DISARM_CHECK = 1.0
 ALARM_CHECK = 1.0
 # How often each member's database size is read, against its quota.
 SPACE_CHECK = 10.0
-# Every event type the source emits: each counted from 0 in the metrics, so that the
-# first of a kind shows as an increase.
-EVENT_TYPES = ("host_down", "host_up", "host_stable", "maintenance", "vm_recover",
-               "vm_restarted", "etcd_alarm", "etcd_space", "fences_standing")
-# The bounds of the evacuation time histogram, in seconds; and how long an evacuation
-# is waited for before it is no longer timed (its VMs are then left to the alerts).
-EVACUATION_BUCKETS = (5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600)
-EVACUATION_TIMED_FOR = 3600.0
-# Live migrations (the history's `migrated` events): their total time, and the pause of
-# the guest at the switch-over, in seconds.
-MIGRATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
-PAUSE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
 # The history events each look reads at most: more written between two looks (a few
 # seconds apart) go uncounted.
 HISTORY_READ = 200
-
-
-def _disarm_text(flag: dict[str, Any]) -> str:
-    return (f"by {flag.get('by', 'someone')} since {flag.get('since', '?')}: "
-            f"{flag.get('reason', 'no reason given')}")
 
 
 # Where an unset connection option comes from, as for the modules. EDA controller
@@ -391,23 +375,11 @@ class Watcher:
                                           "yasco.cluster.etcd_hosts: recovery")
         self.memory = Memory()
         self.nudge: asyncio.Event | None = None
-        # What the metrics show beyond the state above: events emitted by type, the
-        # reconciler's last look at the cluster (and when: Unix time), the members'
-        # sizes as last read.
-        self.emitted = dict.fromkeys(EVENT_TYPES, 0)
-        self.observed: dict[str, Any] | None = None
-        self.observed_at = 0.0
-        self.sizes: list[dict[str, Any]] = []
+        # What the metrics show beyond the state above: events and steps counted,
+        # evacuations and migrations timed, the reconciler's last look, the members'
+        # sizes (module_utils/cluster/watcher_view.py).
+        self.view = WatcherView(self.name)
         self.metrics_listen = args.get("metrics_listen") or ""
-        # Each evacuation asked for and not yet seen done, as (when, its hosts, the HA
-        # VMs they ran); how long the finished ones took; the reconciler's steps.
-        self.evacuating: list[tuple[float, frozenset[str], set[str]]] = []
-        self.evacuations = metrics.Durations(EVACUATION_BUCKETS)
-        self.migrations = metrics.Durations(MIGRATION_BUCKETS)
-        self.migration_pauses = metrics.Durations(PAUSE_BUCKETS)
-        self.migrated: dict[str, int] = {}  # by the playbook that migrated
-        self.history_seen: str | None = None  # the last history key looked at
-        self.steps = dict.fromkeys(STEP_ACTIONS, 0)
 
     def _post(self, item: tuple) -> None:
         assert self.loop is not None and self.inbox is not None
@@ -510,7 +482,7 @@ class Watcher:
                 # coming, and must not put the report off.
                 if states.pending and self.disarmed is not None:
                     LOG.warning("HA DISARMED (%s): not reporting host_down for %s; re-arming "
-                                "reports it", _disarm_text(self.disarmed),
+                                "reports it", disarm_text(self.disarmed),
                                 ", ".join(states.drop_pending()))
                 await self._report(queue, [states.failures(self.loop.time())])
                 for host in states.stable(self.loop.time(), armed=self.disarmed is None):
@@ -580,7 +552,7 @@ class Watcher:
             wake = None
             if not self.leader:
                 # Led again later, it counts only what is written from then on.
-                self.history_seen = None
+                self.view.history_seen = None
                 continue
             try:
                 read = await asyncio.to_thread(reader.get_prefixes, keys)
@@ -589,8 +561,7 @@ class Watcher:
                 continue
             observed = observe([kv for kvs in read.values() for kv in kvs],
                                lambda key: etcd_keys.parse_key(key, cluster=self.cluster))
-            self.observed, self.observed_at = observed, time.time()
-            self._time_evacuations(observed)
+            self.view.saw(observed, time.time(), self.loop.time())
             try:
                 events = await asyncio.to_thread(
                     reader.last_under, etcd_keys.history_prefix(cluster=self.cluster),
@@ -598,7 +569,7 @@ class Watcher:
             except EtcdError as err:
                 LOG.warning("reconciler: reading the history: %s", err)
             else:
-                self._time_migrations(events)
+                self.view.time_migrations(events)
             if self.disarmed is not None:
                 continue  # looked at for the metrics only
             decision = decide(observed, self.memory, self.policy, self.loop.time())
@@ -606,7 +577,7 @@ class Watcher:
             for step in decision["steps"]:
                 LOG.warning("reconciler: %s %s: %s", step["action"], step["vm"],
                             step["reason"])
-                self.steps[step["action"]] = self.steps.get(step["action"], 0) + 1
+                self.view.stepped(step["action"])
             if decision["steps"]:
                 hosts = sorted({s["to"] or s["from"] for s in decision["steps"]
                                 if s["to"] or s["from"]})
@@ -618,57 +589,6 @@ class Watcher:
                 LOG.warning("reconciler: the evacuation of %s is overdue: asking again",
                             ", ".join(decision["evacuate"]))
                 await self._emit(queue, "host_down", decision["evacuate"], resync=True)
-
-    def _time_evacuations(self, observed: dict[str, Any]) -> None:
-        """Time each evacuation asked for, from its host_down event until every HA VM
-        its hosts ran, and that is still meant to run, runs on a live host elsewhere."""
-        view, now = ha_vms(observed), self.loop.time()
-        waiting = []
-        for since, hosts, vms in self.evacuating:
-            left = {vm for vm in vms if vm in view and view[vm]["requested"] == "started"
-                    and (view[vm]["down"] or hosts & set(view[vm]["on"]))}
-            if not left:
-                self.evacuations.observe(now - since)
-            elif now - since > EVACUATION_TIMED_FOR:
-                LOG.warning("the evacuation of %s has not started %s within %.0f s: no "
-                            "longer timed", ", ".join(sorted(hosts)), ", ".join(sorted(left)),
-                            EVACUATION_TIMED_FOR)
-            else:
-                waiting.append((since, hosts, left))
-        self.evacuating = waiting
-
-    def _time_migrations(self, events: list[Any]) -> None:
-        """Count the live migrations the history recorded since the last look, with
-        their figures; those before this watcher's first look are not its news."""
-        seen, self.history_seen = self.history_seen, max(
-            [kv.key for kv in events] + [self.history_seen or ""])
-        if seen is None:
-            return
-        for kv in events:
-            if kv.key <= seen:
-                continue
-            event = json_or_none(kv.value)
-            if not isinstance(event, dict) or event.get("kind") != "migrated":
-                continue
-            details = event.get("details") or {}
-            by = str(event.get("by") or "-")
-            self.migrated[by] = self.migrated.get(by, 0) + 1
-            if isinstance(details.get("total_ms"), (int, float)):
-                self.migrations.observe(details["total_ms"] / 1000)
-            if isinstance(details.get("downtime_ms"), (int, float)):
-                self.migration_pauses.observe(details["downtime_ms"] / 1000)
-
-    def _start_timing(self, hosts: list[str]) -> None:
-        """Note an evacuation of `hosts` just asked for, with the HA VMs they ran as the
-        reconciler's last look saw them; hosts already being timed are not again."""
-        timed = {host for evacuation in self.evacuating for host in evacuation[1]}
-        new = frozenset(hosts) - timed
-        if not new or self.observed is None:
-            return
-        vms = {vm for vm, state in ha_vms(self.observed).items()
-               if state["requested"] == "started" and state["host"] in new}
-        if vms:
-            self.evacuating.append((self.loop.time(), new, vms))
 
     async def _read_hosts(self, queue, reader: EtcdClient) -> None:
         """Read every hosts/ record (again), until etcd answers; then resync."""
@@ -732,7 +652,7 @@ class Watcher:
             if flag is not None and self.disarmed is None:
                 LOG.warning("HA DISARMED (%s): no automatic evacuation until %s is deleted "
                             "(playbooks/disarm.yml -e yasco_ha_disarmed=false)",
-                            _disarm_text(flag), key)
+                            disarm_text(flag), key)
             elif flag is None and self.disarmed is not None:
                 LOG.warning("HA re-armed: resyncing")
                 self.disarmed = None
@@ -766,7 +686,7 @@ class Watcher:
             if alarms != self.alarms:
                 if alarms:
                     LOG.critical("etcd ALARM %s: etcd refuses writes, so nothing can be "
-                                 "evacuated or moved; %s", _alarm_text(alarms),
+                                 "evacuated or moved; %s", alarm_text(alarms),
                                  NO_SPACE_ADVICE if any(a["alarm"] == "NOSPACE" for a in alarms)
                                  else "replace the corrupt member (etcd's recovery guide)")
                 else:
@@ -780,8 +700,8 @@ class Watcher:
         """Emit `etcd_space` when the members whose database is at or over
         `space_warning` percent of the quota change: at the quota etcd raises NOSPACE
         and refuses every write."""
-        sizes = self.sizes = await asyncio.to_thread(self._member_sizes)
-        over = sorted(m["endpoint"] for m in sizes if m["percent"] >= self.space_warning)
+        sizes = self.view.sizes = await asyncio.to_thread(self._member_sizes)
+        over = members_over(sizes, self.space_warning)
         if over == self.space_over:
             return
         if over:
@@ -824,9 +744,7 @@ class Watcher:
             except EtcdError as err:
                 LOG.info("reading the size of %s: %s", endpoint, err)
                 continue
-            sizes.append({"endpoint": endpoint, "member": status["member"],
-                          "db_size": status["db_size"],
-                          "percent": round(100 * status["db_size"] / self.quota_bytes, 1)})
+            sizes.append(member_size(endpoint, status, self.quota_bytes))
         return sizes
 
     async def _resync(self, queue, reader: EtcdClient) -> None:
@@ -854,9 +772,9 @@ class Watcher:
                    "resync": resync, "watcher": self.name, **(details or {})}
         LOG.warning("%s: %s", kind, ", ".join(hosts))
         if kind == "host_down":
-            self._start_timing(hosts)
+            self.view.start_timing(hosts, self.loop.time())
         await queue.put({"yasco": payload})
-        self.emitted[kind] = self.emitted.get(kind, 0) + 1
+        self.view.emitted_one(kind)
 
     # -- metrics --------------------------------------------------------------------
 
@@ -873,86 +791,9 @@ class Watcher:
         return server
 
     def metric_families(self) -> list[metrics.Family]:
-        """What this watcher knows now, as Prometheus metric families: whether it leads
-        and what it emitted, and, from the leader alone, the cluster as it sees it."""
-        gauge, counter = metrics.gauge, metrics.counter
-        families = [
-            gauge("watcher_leader", "1 while this watcher leads (emits events).",
-                  int(self.leader), watcher=self.name),
-            counter("watcher_events", "Events this watcher emitted, by type.")]
-        for kind, count in sorted(dict(self.emitted).items()):
-            families[-1].add(count, watcher=self.name, type=kind)
-        families.append(counter("reconciler_steps", "The reconciler's steps, by action "
-                                "(restart, relocate, stop, fail, confirm)."))
-        for action, count in sorted(dict(self.steps).items()):
-            families[-1].add(count, watcher=self.name, action=action)
-        families.append(metrics.histogram(
-            "evacuation_seconds", "Seconds from a host_down event to every HA VM of its "
-            "hosts running on a live host elsewhere, as the reconciler saw it.",
-            self.evacuations))
-        if not self.leader:
-            return families
-        families += [
-            counter("migrations", "Live migrations the history recorded while this "
-                    "watcher led, by the playbook that made them."),
-            metrics.histogram("migration_seconds", "Each live migration's total time.",
-                              self.migrations),
-            metrics.histogram("migration_pause_seconds", "How long each live migration "
-                              "paused its guest at the switch-over.", self.migration_pauses)]
-        for by, count in sorted(self.migrated.items()):
-            families[-3].add(count, watcher=self.name, by=by)
-        up = gauge("host_up", "1 while the hypervisor's agent holds its lease.")
-        maintenance = gauge("host_maintenance", "1 while the hypervisor is in maintenance.")
-        for host, have in sorted(self.states.kinds().items()):
-            up.add(int("alive" in have), host=host)
-            maintenance.add(int("maintenance" in have), host=host)
-        families += [up, maintenance,
-                     gauge("ha_disarmed", "1 while HA is disarmed (playbooks/disarm.yml).",
-                           int(self.disarmed is not None)),
-                     gauge("etcd_quota_bytes", "The etcd quota the watcher measures "
-                           "members against.", self.quota_bytes),
-                     gauge("etcd_db_size_bytes", "Each etcd member's database size, as "
-                           "last read.")]
-        for size in list(self.sizes):
-            families[-1].add(size["db_size"], endpoint=size["endpoint"],
-                             member=size["member"])
-        families.append(gauge("etcd_alarm", "1 for each alarm an etcd member raises."))
-        for alarm in list(self.alarms):
-            families[-1].add(1, member=alarm["member"], alarm=alarm["alarm"])
-        down = gauge("ha_vm_down", "1 while the HA VM is meant to run and runs on no live "
-                     "host.")
-        copies = gauge("ha_vm_domains", "Live hosts with a domain of the HA VM (2 only "
-                       "while it migrates).")
-        record = gauge("ha_vm_record", "The state etcd records for the HA VM, as a label.")
-        requested = gauge("ha_vm_requested", "The HA VM's requested state, as a label.")
-        fenced = gauge("host_fenced", "1 while etcd records the hypervisor's storage fence.")
-        read = gauge("reconciler_read_timestamp_seconds", "When the reconciler last read "
-                     "the cluster (Unix time).")
-        planned = gauge("ha_failures_planned", "Hypervisor failures the map plans for "
-                        "(its failures_to_tolerate).")
-        tolerated = gauge("ha_failures_tolerated", "Further hypervisor failures the map "
-                          "still covers, given the hosts down, in maintenance or fenced "
-                          "now; -1 beyond the plan.")
-        families += [down, copies, record, requested, fenced, read, planned, tolerated]
-        observed = self.observed  # None until the reconciler has read the cluster once
-        if observed is None:
-            return families
-        read.add(self.observed_at)
-        if (covered := failures_tolerated(observed)) is not None:
-            planned.add(observed["vdm"]["failures_to_tolerate"])
-            tolerated.add(covered)
-        for vm, view in ha_vms(observed).items():
-            down.add(int(view["down"]), vm=vm)
-            copies.add(len(view["on"]), vm=vm)
-            record.add(1, vm=vm, state=view["record"], host=view["host"])
-            requested.add(1, vm=vm, state=view["requested"])
-        for host, state in sorted(observed["hosts"].items()):
-            fenced.add(int(bool(state.get("fenced"))), host=host)
-        return families
-
-
-def _alarm_text(alarms: list[dict[str, str]]) -> str:
-    return ", ".join(f"{alarm['alarm']} on member {alarm['member']}" for alarm in alarms)
+        """What this watcher knows now, as Prometheus metric families."""
+        return self.view.families(self.leader, self.states, self.disarmed is not None,
+                                  self.quota_bytes, self.alarms)
 
 
 async def _until_answered(what: str, read, *args: Any) -> Any:
