@@ -36,7 +36,7 @@ from dataclasses import dataclass
 try:
     from ortools.sat.python import cp_model
 except ImportError:  # the planner reports the missing library
-    cp_model = None
+    cp_model = None  # the solver and the repair take OR-Tools from here too
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     RESOURCES, Problem, Vm)

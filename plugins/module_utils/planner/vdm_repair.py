@@ -20,13 +20,8 @@ import random
 import time
 from collections import Counter
 
-try:
-    from ortools.sat.python import cp_model
-except ImportError:  # the planner reports the missing library
-    cp_model = None
-
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_model import (
-    SCALE, ExactModel, Window)
+    SCALE, ExactModel, Window, cp_model)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import Problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_solver import (
     Outcome, hint, read)

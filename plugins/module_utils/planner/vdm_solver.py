@@ -29,13 +29,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-try:
-    from ortools.sat.python import cp_model
-except ImportError:  # the planner reports the missing library
-    cp_model = None
-
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_model import (
-    ExactModel, Shape, supported)
+    ExactModel, Shape, cp_model, supported)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import Problem
 
 # After the first plan of a re-plan, how long to look for one that moves fewer VMs;
