@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from yasco_lab import layout
+from yasco_lab.credentials import etcd_client
 from yasco_lab import lab as lab_verbs
 from yasco_lab.errors import LabError
 
@@ -108,6 +110,12 @@ def pytest_runtest_makereport(item: pytest.Item):
     setattr(item, f"rep_{report.when}", report)
     if report.failed and "lab" in getattr(item, "fixturenames", ()):
         report.sections.append(("what the lab's guests said", guest_lines()))
+        lab = getattr(item, "funcargs", {}).get("lab")
+        if lab:
+            report.sections.append(("the cluster's latest history", history_lines(lab)))
+        scratch = (getattr(item, "funcargs", {}).get("ha") or {}).get("scratch")
+        if scratch:
+            report.sections.append(("what the HA watchers logged last", watcher_lines(scratch)))
 
 
 # Lines of a guest's serial console and QEMU log worth seeing after a failure: where each
@@ -128,6 +136,26 @@ def guest_lines() -> str:
             if lines:
                 out.append(f"--- {host} {path.name}:\n" + "\n".join(lines[-30:]))
     return "\n".join(out) or "(no guest logs)"
+
+
+def history_lines(lab: dict, most: int = 60) -> str:
+    """The newest events of the lab cluster's history, one a line: who started,
+    moved, restarted or fenced what, and why."""
+    try:
+        with etcd_client(lab["etcd_endpoints"]) as etcd:
+            kvs = etcd.last_under(etcd_keys.history_prefix(cluster=layout.CLUSTER_NAME), most)
+    except Exception as err:  # noqa: BLE001 - a report of a failure must not fail
+        return f"(the history could not be read: {err})"
+    return "\n".join(kv.value for kv in kvs) or "(no history)"
+
+
+def watcher_lines(scratch: Path, most: int = 80) -> str:
+    """The last lines of each HA watcher's log: the playbooks it ran and their tasks."""
+    out = []
+    for path in sorted(scratch.glob("watcher*.log")):
+        lines = path.read_text(errors="replace").splitlines()
+        out.append(f"--- {path.name}:\n" + "\n".join(lines[-most:]))
+    return "\n".join(out) or "(no watcher logs)"
 
 
 def yasco_lab(*args: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess[str]:
