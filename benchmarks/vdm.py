@@ -33,7 +33,8 @@ for the planner (greedy, then the exact search and the repair within 60 s), the 
 search alone and the two baselines: solved / total, median and worst seconds. For the
 planner also how many plans the exact search and the repair found, and the share of
 VMs that move when the instance is planned with 10 % of its VMs left out and
-re-planned with all of them (median and worst).
+re-planned with all of them (median and worst; and how many re-plans found no plan
+in their time, if any).
 
     .venv/bin/python benchmarks/vdm.py --preemptions [--quick]
 
@@ -238,9 +239,10 @@ def planner(problem: Problem) -> Plan | None:
         raise SystemExit(f"planner bug, a planted instance called infeasible: {err}") from err
 
 
-def moved_on_growth(instance: Planted, seed: int) -> float | None:
+def moved_on_growth(instance: Planted, seed: int) -> float | str | None:
     """Plan the instance with 10 % of its VMs (drawn at random) left out, then re-plan
-    with all of them: the share of the first plan's VMs whose home changes."""
+    with all of them: the share of the first plan's VMs whose home changes, "not
+    found" when the re-plan found no plan in its time, None when the first did not."""
     names = sorted(instance.vms)
     left_out = set(random.Random(seed).sample(names, len(names) // 10))
     fewer = {n: s for n, s in instance.vms.items() if n not in left_out}
@@ -252,7 +254,7 @@ def moved_on_growth(instance: Planted, seed: int) -> float | None:
     try:
         after = _checked(problem, replan(problem, before))
     except VdmNotFound:
-        return None
+        return "not found"
     return 100 * len(after.moved) / len(fewer)
 
 
@@ -279,10 +281,12 @@ def run_planted(quick: bool, only: str = "") -> None:
                 found[answer.method if isinstance(answer, Plan) else None] += 1
             moved = ""
             if name == "YASCO":
-                shares = [s for seed, i in enumerate(instances)
-                          if (s := moved_on_growth(i, seed)) is not None]
+                grown = [moved_on_growth(i, seed) for seed, i in enumerate(instances)]
+                shares = [s for s in grown if isinstance(s, float)]
                 moved = (f"{statistics.median(shares):.1f}% / {max(shares):.1f}%"
                          if shares else "-")
+                if "not found" in grown:
+                    moved += f", {grown.count('not found')} not found"
             rows.append([family, hosts, int(vms), name, f"{solved}/{count}",
                          f"{statistics.median(times):.2f}", f"{max(times):.2f}",
                          f"{found['exact']}/{found['repair']}" if name == "YASCO" else "",

@@ -25,8 +25,9 @@ description:
     search's), or V(not_found) when the time ran out; the last two write nothing, so
     the current map stays.
   - Re-planning keeps the current homes unless a VM must move, and reports which VMs
-    move. When the inputs have not changed since the current map was planned, nothing
-    changes.
+    move; a re-plan that would move more than 5 % of the VMs is settled, within
+    O(time_limit), until it moves fewer. When the inputs have not changed since the
+    current map was planned, nothing changes.
   - Runs on the controller; the task's host does not matter.
   - The schema of the inputs and the invariants of the map are in the collection's
     C(docs/vdm.md).
@@ -60,6 +61,8 @@ options:
       - How long, in seconds, the exact search may take when the greedy planner finds
         no plan, or, with O(objective=preemptions), looks for a plan that stops fewer
         preemptible VMs (C(yasco_plan_time_limit) in C(playbooks/plan.yml)).
+      - A re-plan that moves more than 5 % of the VMs from their current homes then
+        moves VMs back for what is left of it.
       - When it runs out the task fails with the answer V(not_found), what the greedy
         could not place and what would most likely help, and writes nothing.
     type: float

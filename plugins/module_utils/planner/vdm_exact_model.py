@@ -330,11 +330,3 @@ class ExactModel:
                     stay = self.model.new_int_var(0, count, "")
                     self.model.add(stay <= self.home[(c, h)])
                     self.stay.append((stay, self.home[(c, h)], count))
-
-    def planned(self) -> list:
-        """The variables a plan is made of: the homes, and the failover targets."""
-        return [*self.home.values(), *(v for go in self.go.values() for v in go.values())]
-
-    def values(self, solver) -> dict[int, int]:
-        """The solver's plan as vdm_solver.improve takes it: each variable's value by index."""
-        return {v.index: solver.value(v) for v in self.planned()}

@@ -45,7 +45,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model im
     DEFAULT_OBJECTIVE, EPSILON, OBJECTIVES, RESOURCES, UNIT_NAMES, WHAT_HELPS, Plan,
     Problem, VdmInfeasible, VdmNotFound, amount, failure_set_key)
 
-# A re-plan that moves more than this share of the VMs asks the exact search for fewer.
+# A re-plan that moves more than this share of the VMs is settled (vdm_repair.settle).
 _STABLE_SHARE = vdm_solver.STABLE_SHARE
 # Where the greedy search fails, the share of the time limit in which the exact search
 # must find a first plan before the repair takes over.
@@ -115,7 +115,9 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     (vdm_solver) takes up to `time_limit` seconds. Three answers: a Plan; VdmInfeasible
     when no plan exists, with the proof (a failure set and resource whose demand
     exceeds what survives, or the exact search's); VdmNotFound when neither found a
-    plan nor proved there is none.
+    plan nor proved there is none. A re-plan whose plan moves more than 5 % of the
+    VMs from their current homes is then settled for what is left of `time_limit`
+    (vdm_repair.settle), which moves VMs back a few hosts at a time.
 
     With `objective` "preemptions" the exact search, started from the greedy plan, then
     looks for one that stops fewer preemptible VMs (summed over the failure sets) for
@@ -128,10 +130,13 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     if np is None:
         raise RuntimeError("the VDM planner needs the Python library numpy")
     _check_totals(problem)
+    start = time.perf_counter()
     previous_home = {n: h for n, h in (previous_home or {}).items() if n in problem.vms}
     order = placing_order(list(problem.vms.values()), problem)
     chains = previous_chains(problem, previous_home, previous_failover or {})
     method = "greedy"
+    preemptions = objective == "preemptions" and any(
+        vm.preemptible for vm in problem.vms.values())
     try:
         state = first_feasible(problem, order, previous_home, chains)
     except VdmInfeasible as greedy:
@@ -140,11 +145,12 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
         state, method = _solved(problem, previous_home, time_limit, greedy,
                                 preemptions=objective == "preemptions")
     else:
-        preemptions = objective == "preemptions" and any(
-            vm.preemptible for vm in problem.vms.values())
-        if exact and (preemptions or moves(state, previous_home)
-                      > _STABLE_SHARE * len(previous_home)):
-            state, method = _improved(problem, previous_home, time_limit, state, preemptions)
+        if exact and preemptions:
+            state, method = _improved(problem, previous_home, time_limit, state)
+    if (exact and not preemptions
+            and moves(state, previous_home) > _STABLE_SHARE * len(previous_home)):
+        state = _settled(problem, previous_home, state,
+                         time_limit - (time.perf_counter() - start))
     if rebalance_moves:
         rebalance(state, problem, rebalance_moves)
     result = plan_of(state, problem)
@@ -202,48 +208,47 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
     repaired = vdm_repair.repair(problem, hint_home, hint_targets,
                                  time_limit - (time.perf_counter() - start), previous_home)
     if repaired.status == "plan":
-        state = _state_of(problem, repaired)
-        left = time_limit - (time.perf_counter() - start)
-        if left > 1 and moves(state, previous_home) > _STABLE_SHARE * len(previous_home):
-            # A re-plan that moved many: the exact search, started from the repair's
-            # plan, keeps more VMs where they were (the repair's windows see too few
-            # hosts at once to swap them back).
-            state, method = _improved(problem, previous_home, left, state, preemptions,
-                                      from_plan=True)
-            return state, "repair" if method == "greedy" else method
-        return state, "repair"
+        return _state_of(problem, repaired), "repair"
     raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
                       f"the exact search did not settle it ({exact.reason}); "
                       f"{repaired.reason}; {_likeliest_fix(problem)}")
 
 
 def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float,
-              state: PlanState, preemptions: bool, from_plan: bool = False
-              ) -> tuple[PlanState, str]:
-    """A greedy plan that moved many VMs on a re-plan, or whose preemptions are to be
-    fewest: the exact search, started from it, looks for one that moves fewer VMs (and
-    with `preemptions`, then stops fewer preemptible VMs, searching for up to
-    `time_limit`); the better of the two, and the search that found it ("greedy" for
-    the plan given). With `from_plan` the search starts from that plan itself, not
-    from a first plan of its own: for plans the exact search is slow to find."""
+              state: PlanState) -> tuple[PlanState, str]:
+    """A greedy plan whose preemptions are to be fewest: the exact search, started
+    from it, looks for one that moves no more VMs and stops fewer preemptible VMs, for
+    up to `time_limit`; the better of the two, and the search that found it ("greedy"
+    for the plan given)."""
     if vdm_exact_model.supported(problem):
         return state, "greedy"
     hint_home, hint_targets = _hints(state)
     outcome = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
                                hint_home=hint_home, hint_targets=hint_targets,
-                               preemptions=preemptions,
-                               hint_is_plan=preemptions or from_plan)
+                               preemptions=True, hint_is_plan=True)
     if outcome.status != "plan":
         return state, "greedy"
     solved = _state_of(problem, outcome)
 
     def cost(candidate: PlanState) -> tuple[int, int]:
-        return (moves(candidate, previous_home),
-                plan_of(candidate, problem).preemptions if preemptions else 0)
+        return moves(candidate, previous_home), plan_of(candidate, problem).preemptions
 
     if cost(solved) < cost(state):
         return solved, "exact"
     return state, "greedy"
+
+
+def _settled(problem: Problem, previous_home: dict[str, str], state: PlanState,
+             time_limit: float) -> PlanState:
+    """A re-plan's plan that moves more than _STABLE_SHARE of the VMs, settled by
+    vdm_repair.settle for what is left of the time (every live migration it saves is
+    one an operator does not wait for); as it is where the exact model is too large
+    or no time is left."""
+    if time_limit < 1 or vdm_exact_model.supported(problem):
+        return state
+    home, targets = _hints(state)
+    settled = vdm_repair.settle(problem, home, targets, previous_home, time_limit)
+    return _state_of(problem, settled)
 
 
 def _likeliest_fix(problem: Problem) -> str:

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The repair of a partial VDM plan: a large-neighbourhood search with the exact model.
+"""Large-neighbourhood searches with the exact model: the repair of a partial VDM
+plan, and the settling of a re-plan that moved many VMs.
 
 The exact model (vdm_exact_model) also repairs a partial plan where the exact search
 is too slow or its model too large (`repair`): a large-neighbourhood search that frees
@@ -9,6 +10,14 @@ the VMs of a few hosts at a time (a `Window`), holds the rest of the plan fixed 
 load on each host and on each host under each failure set, and solves the window
 exactly. The planner calls it on the partial plan where the greedy search stopped:
 it often finds a plan, but never proves there is none.
+
+A re-plan's plan that moves many VMs from their current homes is settled (`settle`):
+each step frees the homes on a few hosts, those that moved VMs left and went to,
+and holds every other host's homes as they are, but leaves every HA VM's failover
+targets free, so the spare can be laid out anew around the VMs brought back. On a
+cluster that tolerates two failures and is nearly full, a window with the targets
+held fixed can seldom bring a VM back: where it goes, every failure set that takes
+its home must find it room.
 
 Pure Python and OR-Tools, no I/O and no Ansible.
 """
@@ -90,6 +99,55 @@ def _settle_hosts(problem: Problem, home: dict[str, str], moved: list[str],
 
 def _moved(home: dict[str, str], previous_home: dict[str, str]) -> list[str]:
     return sorted(n for n, h in previous_home.items() if n in home and home[n] != h)
+
+
+def settle(problem: Problem, home: dict[str, str],
+           targets: dict[str, dict[frozenset[str], str]], previous_home: dict[str, str],
+           time_limit: float, seed: int = 0, workers: int | None = None) -> Outcome:
+    """From the plan `home` and `targets`, one that moves fewer VMs from
+    `previous_home`, within `time_limit` seconds: each step frees the homes on
+    WINDOW_HOSTS hosts (`_settle_hosts`), holds the number of VMs of each shape at home
+    on every other host, leaves all failover targets free, and keeps the most VMs
+    where they were. It stops when none is moved, when SETTLE_TRIES windows in a
+    row bring none back, or when the time is up; the plan it answers moves no more
+    than the one given (which it answers when it found none better)."""
+    start = time.perf_counter()
+    rng = random.Random(seed)
+
+    def left() -> float:
+        return time_limit - (time.perf_counter() - start)
+
+    model = ExactModel(problem)
+    model.keep(previous_home)
+    model.model.maximize(cp_model.LinearExpr.sum([stay for stay, dummy, dummy in model.stay]))
+    moved, idle, steps = _moved(home, previous_home), 0, 0
+    while moved and idle < SETTLE_TRIES and left() > 0.5:
+        steps += 1
+        window = _settle_hosts(problem, home, moved, previous_home, rng)
+        # The step's model: the whole one, started from the plan as it is, with the
+        # homes outside the window held (a variable's index is the same in a clone).
+        model.model.clear_hints()
+        hint(model, home, targets)
+        step = model.model.clone()
+        held = Counter((c, home[name]) for c, names in model.vms_of.items() for name in names)
+        for (c, h), v in model.home.items():
+            if h not in window:
+                step.add(step.get_int_var_from_proto_index(v.index) == held[(c, h)])
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+        solver.parameters.max_time_in_seconds = min(WINDOW_SECONDS, left())
+        solver.parameters.random_seed = rng.randrange(1 << 16)
+        if solver.solve(step) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            idle += 1
+            continue
+        settled, settled_targets = read(model, solver, previous_home)
+        now_moved = _moved(settled, previous_home)
+        if len(now_moved) >= len(moved):
+            idle += 1
+            continue
+        home, targets, moved, idle = settled, settled_targets, now_moved, 0
+    return Outcome("plan", home, targets, seconds=time.perf_counter() - start,
+                   reason=f"settled in {steps} windows: {len(moved)} moved")
 
 
 def repair(problem: Problem, home: dict[str, str],

@@ -33,10 +33,10 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_mo
     ExactModel, Shape, cp_model, supported)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import Problem
 
-# After the first plan of a re-plan, how long to look for one that moves fewer VMs;
-# and the share of the VMs a re-plan may move before it searches on, for the time it
-# has left, until it moves no more.
+# After the first plan of a re-plan, how long to look for one that moves fewer VMs.
 IMPROVE_SECONDS = 5.0
+# A re-plan's first plan that moves more than this share of the VMs is not improved
+# here: the planner settles it (vdm_repair.settle), which brings VMs back faster.
 STABLE_SHARE = 0.05
 
 
@@ -91,32 +91,26 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
         solver.parameters.max_time_in_seconds = left() if preemptions else min(
             IMPROVE_SECONDS, left())
         tried = solver.parameters.max_time_in_seconds
-        last = solver.solve(model.model)
-        found, values = None, {v.index: hinted.get(v.index, 0) for v in model.planned()}
-        if last in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            found, values = read(model, solver, previous_home), model.values(solver)
-        found = _kept_more(model, solver, found, values, last == cp_model.OPTIMAL,
-                           previous_home, preemptions, left)
-        if found is None:
+        if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return Outcome("unknown", reason=f"no better plan found in {tried:g} s",
                            seconds=time.perf_counter() - start)
-        return Outcome("plan", *found, seconds=time.perf_counter() - start)
+        return Outcome("plan", *read(model, solver, previous_home),
+                       seconds=time.perf_counter() - start)
     # First any plan (CP-SAT stops at the first), then from there a better one.
     solver.parameters.max_time_in_seconds = min(left(), find_within or time_limit)
     status = solver.solve(model.model)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and "memory_mb" in model.resources:
-        first = read(model, solver, previous_home)
-        values = model.values(solver)
+        home, targets = read(model, solver, previous_home)
+        moved = sum(home[n] != h for n, h in previous_home.items() if n in home)
+        if not preemptions and moved > STABLE_SHARE * len(previous_home):
+            return Outcome("plan", home, targets, seconds=time.perf_counter() - start)
         took = time.perf_counter() - start
         improve(model, solver.value, preemptions)
         improve_for = (left() if preemptions else IMPROVE_SECONDS if model.stay
                        else min(IMPROVE_SECONDS, max(1.0, took)))
         solver.parameters.max_time_in_seconds = min(improve_for, left())
-        last = solver.solve(model.model)
-        if last in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            first, values = read(model, solver, previous_home), model.values(solver)
-        home, targets = _kept_more(model, solver, first, values, last == cp_model.OPTIMAL,
-                                   previous_home, preemptions, left)
+        if solver.solve(model.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            home, targets = read(model, solver, previous_home)
         return Outcome("plan", home, targets, seconds=time.perf_counter() - start)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         home, targets = read(model, solver, previous_home)
@@ -130,42 +124,6 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
                        "the exact sizes may still have one", seconds=seconds)
     return Outcome("unknown", reason="no plan found in "
                    f"{solver.parameters.max_time_in_seconds:g} s", seconds=seconds)
-
-
-def _kept_more(model: ExactModel, solver, found: tuple[dict, dict] | None,
-               values: dict[int, int], optimal: bool, previous_home: dict[str, str], preemptions: bool,
-               left) -> tuple[dict, dict]:
-    """The plan `found` (whose variables have `values`; None for the hint given, whose
-    plan the caller has); but on a re-plan that still moves more than STABLE_SHARE of
-    the VMs, unless it was proved to move fewest, the search goes on from it for the
-    time `left()` gives, until it finds one that moves no more than that: the few
-    seconds of the first improvement are often too few for a cluster that tolerates
-    two failures, and VMs moved for nothing cost live migrations."""
-    total = sum(count for dummy, dummy, count in model.stay)
-    enough = total - int(STABLE_SHARE * total)
-    if (preemptions or optimal or not total or left() < 1
-            or sum(min(values[home.index], count)
-                   for dummy, home, count in model.stay) >= enough):
-        return found
-    improve(model, lambda v: values[v.index], preemptions)
-    solver.parameters.max_time_in_seconds = left()
-    if solver.solve(model.model, _StopWhenKept(model, enough)) not in (
-            cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return found
-    return read(model, solver, previous_home)
-
-
-class _StopWhenKept(cp_model.CpSolverSolutionCallback if cp_model else object):
-    """Stops the search at the first plan that keeps `enough` VMs where they were."""
-
-    def __init__(self, model: ExactModel, enough: int) -> None:
-        super().__init__()
-        self.stays = [stay for stay, dummy, dummy in model.stay]
-        self.enough = enough
-
-    def on_solution_callback(self) -> None:
-        if sum(self.value(stay) for stay in self.stays) >= self.enough:
-            self.stop_search()
 
 
 def hint(model: ExactModel, home: dict[str, str],
