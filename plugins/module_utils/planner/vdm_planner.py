@@ -209,9 +209,12 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
                                  time_limit - (time.perf_counter() - start), previous_home)
     if repaired.status == "plan":
         return _state_of(problem, repaired), "repair"
+    # A re-plan starts from the current homes, which a plan from scratch need not keep.
+    afresh = ("; or plan afresh, which may move many VMs (yasco_keep_homes=false, "
+              "the module's keep_homes: false)" if previous_home else "")
     raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
                       f"the exact search did not settle it ({exact.reason}); "
-                      f"{repaired.reason}; {_likeliest_fix(problem)}")
+                      f"{repaired.reason}; {_likeliest_fix(problem)}{afresh}")
 
 
 def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float,

@@ -212,7 +212,20 @@ def test_a_search_out_of_time_says_not_found_and_what_would_most_likely_help():
                      message)
     assert "; no time was left for the repair; " in message
     assert re.search(r"the failure of hv\d+ leaves the least room, \d+ MB memory", message)
+    assert "plan afresh" not in message  # nothing to keep
     assert check(problem, as_vdm(plan(problem))) == []  # given time, there is one
+
+
+def test_a_replan_out_of_time_says_a_plan_afresh_may_fit():
+    """A re-plan keeps the current homes where it can; out of time, it says that a
+    plan from scratch, which need not keep them, may fit."""
+    problem = problem_of(planted(0, 6, fill=0.98, scale=SMALL))
+    hosts = sorted(problem.hosts)
+    current = {n: hosts[i % len(hosts)] for i, n in enumerate(sorted(problem.vms))}
+    with pytest.raises(VdmNotFound) as err:
+        plan(problem, previous_home=current, time_limit=0.001)
+    assert str(err.value).endswith("; or plan afresh, which may move many VMs "
+                                   "(yasco_keep_homes=false, the module's keep_homes: false)")
 
 
 def test_replanning_ten_percent_more_vms_after_the_exact_search_moves_few():
