@@ -22,7 +22,7 @@ TIERS = {
     "planner": {"planner"},
     "adapters": {"adapters"},
     "cluster state and decisions": {"cluster"},
-    "stories and the modules' work": {"stories", "agent", "report", "resources"},
+    "stories and the modules' work": {"stories", "agent", "watcher", "report", "resources"},
 }
 RANK = {package: rank for rank, packages in enumerate(TIERS.values()) for package in packages}
 TIER_OF = {package: tier for tier, packages in TIERS.items() for package in packages}

@@ -72,20 +72,26 @@ def test_every_module_and_filter_documents_itself():
 
 def test_the_event_source_documents_itself_and_every_argument_it_reads():
     """ansible-doc has no event source type, so nothing else parses its
-    DOCUMENTATION: it must be valid YAML and name exactly the arguments the source
-    reads (args.get("..."), and the connection options it takes from _ENVIRONMENT)."""
+    DOCUMENTATION: it must be valid YAML and name exactly the arguments the watcher
+    it runs reads (args.get("..."), and the connection options it takes from
+    _ENVIRONMENT), in plugins/module_utils/watcher/."""
     import ast
     import re
     import yaml
+
+    def assignments(path):
+        return {node.targets[0].id: node.value for node in ast.parse(path.read_text()).body
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+
     path = REPO / "extensions" / "eda" / "plugins" / "event_source" / "etcd_hosts.py"
-    text = path.read_text()
-    tree = ast.parse(text)
-    values = {node.targets[0].id: node.value for node in tree.body
-              if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+    values = assignments(path)
     doc = yaml.safe_load(values["DOCUMENTATION"].value)
     assert doc["short_description"] and doc["description"]
-    read = set(re.findall(r'args(?:\.get\(|\[)"([a-z_]+)"', text))
-    read |= set(ast.literal_eval(values["_ENVIRONMENT"]))
+    watcher = sorted((REPO / "plugins" / "module_utils" / "watcher").glob("*.py"))
+    read = set(re.findall(r'args(?:\.get\(|\[)"([a-z_]+)"',
+                          "".join(p.read_text() for p in [path, *watcher])))
+    io = REPO / "plugins" / "module_utils" / "watcher" / "watcher_io.py"
+    read |= set(ast.literal_eval(assignments(io)["_ENVIRONMENT"]))
     assert sorted(doc["options"]) == sorted(read)
     for name, option in doc["options"].items():
         assert option["description"] and option.get("type"), name

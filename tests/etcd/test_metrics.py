@@ -31,11 +31,12 @@ from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config i
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.domain_watch import (
     start_libvirt_event_loop)
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
+from ansible_collections.yasco.cluster.plugins.module_utils.watcher import leader_looks, watcher
 
 from ..test_grafana_dashboard import dashboard_queries
 from .conftest import ROOT, CuttableLink, free_port, wait_for
 from .test_agent_start import TTL, MARGIN, URI, Running
-from .test_etcd_hosts_source import LEADER_TTL, RunningSource, etcd_hosts, wait_until_leading
+from .test_etcd_hosts_source import LEADER_TTL, RunningSource, wait_until_leading
 
 RULES = ROOT / "files" / "prometheus" / "yasco.rules.yml"
 DOCS = ROOT / "docs" / "observability.md"
@@ -216,7 +217,7 @@ def test_a_host_cut_off_shows_in_the_metrics_and_fires_the_shipped_alerts(
 
 
 def test_every_event_the_watcher_emits_is_counted_from_zero():
-    source = Path(etcd_hosts.__file__).read_text()
+    source = "".join(Path(module.__file__).read_text() for module in (watcher, leader_looks))
     emitted = set(re.findall(r'_emit\(queue, "([a-z_]+)"', source))
     # What the hosts' states report, the event source emits (its _report).
     emitted |= set(re.findall(r'Report\("([a-z_]+)"', Path(host_states.__file__).read_text()))
