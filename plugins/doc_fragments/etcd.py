@@ -13,9 +13,8 @@ names it, as its argument spec reads it; a plugin's option lists it under `env`)
 Ansible takes a fragment's option whole, not item by item of its description, so
 neither can extend the other.
 
-`SCHEMA` (fragment `yasco.cluster.etcd.schema`) points the modules and plugins that
-read or write the cluster's own keys to their layout. They list it before the
-connection's fragment, whose notes follow its own.
+Both point to the layout of the cluster's keys (docs/etcd-schema.md), which every
+module and plugin that talks to etcd reads or writes.
 """
 
 from __future__ import annotations
@@ -71,6 +70,7 @@ options:
     type: float
     default: 5
 notes:
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
   - Needs the Python library C(etcd3gw) where the module runs. It talks to etcd's v3
     JSON gateway, which etcd 3.4 and later serve on the client URLs.
   - Proxy settings in the environment (C(HTTP_PROXY) and the like) are ignored for
@@ -131,16 +131,11 @@ options:
     type: float
     default: 5
 notes:
+  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
   - Needs the Python library C(etcd3gw) on the controller. It talks to etcd's v3 JSON
     gateway, which etcd 3.4 and later serve on the client URLs.
   - Proxy settings in the environment (C(HTTP_PROXY) and the like) are ignored for
     etcd's endpoints.
 requirements:
   - etcd3gw
-"""
-
-    SCHEMA = r"""
-options: {}
-notes:
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
 """

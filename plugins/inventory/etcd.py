@@ -48,7 +48,6 @@ options:
     type: str
     default: yasco
 extends_documentation_fragment:
-  - yasco.cluster.etcd.schema
   - constructed
   - inventory_cache
   - yasco.cluster.etcd.plugins

@@ -66,7 +66,6 @@ options:
     vars:
       - name: yasco_etcd_timeout
 extends_documentation_fragment:
-  - yasco.cluster.etcd.schema
   - yasco.cluster.etcd.plugins
 seealso:
   - module: yasco.cluster.etcd_key

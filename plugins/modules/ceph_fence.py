@@ -60,7 +60,6 @@ options:
     default: 315360000
 extends_documentation_fragment:
   - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
 notes:
   - Verified on Ceph 16 against real guests, the lab's tests show a fenced QEMU's

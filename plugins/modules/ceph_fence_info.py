@@ -22,7 +22,7 @@ options:
     default: []
 extends_documentation_fragment:
   - yasco.cluster.attributes.info_module
-  - ansible.builtin.action_common_attributes
+  - yasco.cluster.attributes
   - yasco.cluster.ceph
 seealso:
   - module: yasco.cluster.ceph_fence

@@ -27,7 +27,7 @@ options:
     default: [PG_AVAILABILITY, OSD_FULL, POOL_FULL]
 extends_documentation_fragment:
   - yasco.cluster.attributes.info_module
-  - ansible.builtin.action_common_attributes
+  - yasco.cluster.attributes
   - yasco.cluster.ceph
 seealso:
   - module: yasco.cluster.ceph_fence_info

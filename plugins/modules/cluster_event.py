@@ -52,15 +52,13 @@ options:
         task's options.
     type: list
     elements: dict
-extends_documentation_fragment:
-  - yasco.cluster.etcd.schema
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.etcd
 attributes:
   check_mode:
     details:
       - Reports the event it would append, and appends nothing.
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.etcd
 seealso:
   - module: yasco.cluster.cluster_status
 """

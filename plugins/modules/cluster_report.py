@@ -56,14 +56,13 @@ options:
     description: The directory to write into; created when missing.
     type: path
     required: true
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     details: Says whether the files would change, and writes nothing.
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - yasco.cluster.attributes
 requirements:
   - matplotlib
   - numpy

@@ -64,7 +64,7 @@ options:
     default: 10
 extends_documentation_fragment:
   - yasco.cluster.attributes.info_module
-  - ansible.builtin.action_common_attributes
+  - yasco.cluster.attributes
   - yasco.cluster.etcd
 """
 

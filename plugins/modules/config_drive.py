@@ -45,15 +45,14 @@ options:
   network_config:
     description: Network configuration (cloud-init's version 1 or 2), if any.
     type: raw
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.ceph
-  - yasco.cluster.ceph.pool
 attributes:
   diff_mode:
     support: partial
     details: Shows the content digest before and after.
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.ceph
+  - yasco.cluster.ceph.pool
 requirements:
   - pycdlib
 seealso:

@@ -20,8 +20,6 @@ description:
   - With O(if_revision) or O(if_value), the write or delete happens only if the key is
     still as the caller last saw it, checked atomically by etcd. When it is not, the
     task fails, changes nothing, and says what it expected and what it found.
-  - The key names of the cluster's own state are in the collection's
-    C(docs/etcd-schema.md).
 author:
   - YASCO developers (@yasco)
 options:
@@ -81,11 +79,6 @@ options:
       - Write or delete only if the key's value is this (so not if the key is absent).
       - Like O(value), anything but a string is compared as compact JSON.
     type: raw
-extends_documentation_fragment:
-  - yasco.cluster.etcd.schema
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.etcd
 attributes:
   check_mode:
     details:
@@ -94,6 +87,9 @@ attributes:
   diff_mode:
     details:
       - The value before and after; with O(prefix), every key deleted and its value.
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.etcd
 notes:
   - When the key already holds O(value) bound to O(lease), nothing changes and
     O(if_revision) and O(if_value) are not checked, so that running the task again

@@ -16,8 +16,6 @@ description:
   - Reads an etcd key, or with O(prefix) every key under it, with the revisions a
     compare-and-swap of M(yasco.cluster.etcd_key) compares. Changes nothing.
   - A key that does not exist is no failure; RV(exists) says whether it does.
-  - The key names of the cluster's own state are in the collection's
-    C(docs/etcd-schema.md).
 author:
   - YASCO developers (@yasco)
 options:
@@ -33,18 +31,9 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
-  - yasco.cluster.etcd.schema
+  - yasco.cluster.attributes.info_module
   - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
-attributes:
-  check_mode:
-    details:
-      - It only reads keys, so it reads them in check mode too.
-  diff_mode:
-    support: N/A
-    details:
-      - It changes nothing, so there is no difference to show.
 seealso:
   - module: yasco.cluster.etcd_key
   - plugin: yasco.cluster.etcd

@@ -44,17 +44,15 @@ options:
         minimum.
       - A lease that exists keeps the TTL it was granted with.
     type: int
-extends_documentation_fragment:
-  - yasco.cluster.etcd.schema
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.etcd
 attributes:
   check_mode:
     details:
       - A grant in check mode without O(id) returns no RV(id), since etcd picks it.
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.etcd
 seealso:
   - module: yasco.cluster.etcd_lease_info
   - module: yasco.cluster.etcd_key
@@ -88,7 +86,8 @@ id:
   type: int
   sample: 7587883712345678901
 alive:
-  description: Whether the lease exists (has not expired and was not revoked).
+  description: Whether the lease is alive once the task is done, neither expired nor
+    revoked.
   returned: always
   type: bool
 ttl:

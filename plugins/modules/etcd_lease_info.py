@@ -28,17 +28,9 @@ options:
     type: int
     required: true
 extends_documentation_fragment:
+  - yasco.cluster.attributes.info_module
   - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
   - yasco.cluster.etcd
-attributes:
-  check_mode:
-    details:
-      - It only reads the lease, so it reads it in check mode too.
-  diff_mode:
-    support: N/A
-    details:
-      - It changes nothing, so there is no difference to show.
 seealso:
   - module: yasco.cluster.etcd_lease
   - module: yasco.cluster.etcd_key

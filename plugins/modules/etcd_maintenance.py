@@ -63,16 +63,15 @@ options:
     description: Seconds to wait for one member's defragmentation.
     type: float
     default: 300
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.etcd
 attributes:
   check_mode:
     details:
       - It reads the alarms and each member's size, and returns what it would do.
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.etcd
 seealso:
   - module: yasco.cluster.etcd_key
   - name: etcd's maintenance guide

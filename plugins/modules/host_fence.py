@@ -67,15 +67,14 @@ options:
     description: Seconds until Ceph drops the entries by itself, as for M(yasco.cluster.ceph_fence).
     type: float
     default: 315360000
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.ceph
-  - yasco.cluster.etcd
 attributes:
   check_mode:
     details:
       - A fence in check mode still waits while a lift stands.
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.ceph
+  - yasco.cluster.etcd
 seealso:
   - module: yasco.cluster.ceph_fence
   - module: yasco.cluster.cluster_status
@@ -98,17 +97,18 @@ EXAMPLES = r"""
         alive: /yasco/yasco/hosts/hv1/alive
 """
 
-# The blocklist's, the locks' and the images' entries are ceph_fence's, whose run
-# HostFenceRun extends: Ansible takes no fragment for RETURN, so they stand here again.
+# The blocklist, lock and image keys are those of ceph_fence, whose run HostFenceRun
+# extends; here each says what it is for a host's fence.
 RETURN = r"""
 blocklisted:
-  description: The entries this run added (would add, in check mode).
+  description: The fenced hosts' addresses this run added to the blocklist (would add,
+    in check mode), as Ceph writes them.
   returned: always
   type: list
   elements: str
   sample: ["10.0.0.11:0/0"]
 unblocklisted:
-  description: The entries this run removed.
+  description: The lifted hosts' addresses this run removed from the blocklist.
   returned: always
   type: list
   elements: str
@@ -122,26 +122,28 @@ waited:
   returned: always
   type: float
 locks_broken:
-  description: The locks this run broke, each with C(image), C(kind) and C(owner).
+  description: The locks on O(images) that the fenced hosts held and this run broke,
+    each with C(image), C(kind) and C(owner).
   returned: always
   type: list
   elements: dict
 locks_kept:
-  description: The locks of O(images) held by clients the fence does not cover, left in place.
+  description: The locks on O(images) that other clients hold, left in place.
   returned: always
   type: list
   elements: dict
 images_missing:
-  description: The images of O(images) that do not exist, as C(pool/name).
+  description: The images of O(images) that do not exist, as C(pool/name); the fence
+    goes on without them.
   returned: always
   type: list
   elements: str
 entries:
-  description: Every blocklist entry afterwards, address to expiry time.
+  description: The whole blocklist once the run is over, address to expiry time.
   returned: always
   type: dict
 actions:
-  description: What was done, in order.
+  description: What was done to each host's fence, in order.
   returned: always
   type: list
   elements: str

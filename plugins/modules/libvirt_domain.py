@@ -128,7 +128,6 @@ options:
         type: float
 extends_documentation_fragment:
   - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
   - yasco.cluster.libvirt
   - yasco.cluster.domain_spec
   - yasco.cluster.batch_independent
@@ -161,7 +160,6 @@ EXAMPLES = r"""
     target_uri: qemu+libssh://root@hv2/system
     name: web1
     state: running
-    timeout: 300
 
 - name: Live-migrate a busy database over a shared link, cancelled after 10 minutes
   yasco.cluster.libvirt_domain:

@@ -32,7 +32,7 @@ options:
     default: false
 extends_documentation_fragment:
   - yasco.cluster.attributes.info_module
-  - ansible.builtin.action_common_attributes
+  - yasco.cluster.attributes
   - yasco.cluster.libvirt
 seealso:
   - module: yasco.cluster.libvirt_domain

@@ -92,13 +92,12 @@ options:
       - Seconds the BMC gets to report the new power state; the agent retries within it.
     type: float
     default: 20
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     details:
       - It reads the power state and says whether it would change it.
+extends_documentation_fragment:
+  - yasco.cluster.attributes
 notes:
   - The password goes to the agent on its standard input, not on its command line;
     C(fence_ipmilan) hands it to C(ipmitool) with C(-P), which C(ipmitool) blanks as

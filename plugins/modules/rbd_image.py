@@ -68,7 +68,6 @@ options:
     default: false
 extends_documentation_fragment:
   - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
   - yasco.cluster.ceph
   - yasco.cluster.ceph.pool
 seealso:

@@ -21,7 +21,7 @@ options:
     required: true
 extends_documentation_fragment:
   - yasco.cluster.attributes.info_module
-  - ansible.builtin.action_common_attributes
+  - yasco.cluster.attributes
   - yasco.cluster.ceph
   - yasco.cluster.ceph.pool
 seealso:

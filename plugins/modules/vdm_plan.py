@@ -102,12 +102,11 @@ options:
       - Playbooks that apply the map run this first.
     type: bool
     default: false
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
 attributes:
   platform:
     platforms: all
+extends_documentation_fragment:
+  - yasco.cluster.attributes
 requirements:
   - numpy
   - ortools (the exact search, when the greedy planner finds no plan)

@@ -49,15 +49,14 @@ options:
       the manifest.
     type: str
     default: unknown
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.ceph
 attributes:
   check_mode:
     details: Says which set it would write, full or incremental.
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.ceph
 requirements:
   - the C(rbd) command (Debian package ceph-common)
 seealso:

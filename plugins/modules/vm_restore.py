@@ -41,15 +41,14 @@ options:
     description: Without O(in_place), what the restored images' names end with.
     type: str
     default: -restored
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.ceph
 attributes:
   check_mode:
     details: Checks the files and the disks, and says what it would import.
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.ceph
 requirements:
   - the C(rbd) command (Debian package ceph-common)
 seealso:

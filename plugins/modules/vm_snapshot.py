@@ -59,16 +59,15 @@ options:
     description: Remove snapshots named with O(prefix) older than this, such as V(7d),
       V(12h) or seconds; by default none is too old.
     type: raw
-extends_documentation_fragment:
-  - yasco.cluster.attributes
-  - ansible.builtin.action_common_attributes
-  - yasco.cluster.ceph
-  - yasco.cluster.libvirt
 attributes:
   check_mode:
     details: Says what would be taken and removed, and how consistent it would be.
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - yasco.cluster.attributes
+  - yasco.cluster.ceph
+  - yasco.cluster.libvirt
 seealso:
   - module: yasco.cluster.rbd_image
   - module: yasco.cluster.libvirt_domain

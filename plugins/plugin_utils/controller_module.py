@@ -21,6 +21,7 @@ running Ansible, or `yasco_run_on_controller: false`.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import subprocess
@@ -102,25 +103,30 @@ class ControllerModule:
 
 
 class ModuleOnController(NormalAction):
-    """The action of one of this collection's modules (`module`: its Python module,
-    whose `main(module_class)` builds its AnsibleModule from `module_class`)."""
-
-    module: Any = None
+    """The action of every one of this collection's modules that talks to etcd, Ceph or
+    libvirt: each module's action plugin is this class under the module's name, and it
+    runs the module the task names, whose `main(module_class)` builds its AnsibleModule
+    from `module_class`."""
 
     @property
     def module_name(self) -> str:
-        return "yasco.cluster." + self.module.__name__.rsplit(".", 1)[-1]
+        """The module's full name, however the task spelt it (short, with
+        `collections:`, or through a redirect)."""
+        return self._task.resolved_action or self._task.action
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
         if not self._runs_here(task_vars):
             return super().run(tmp, task_vars)
+        module = importlib.import_module(
+            "ansible_collections.yasco.cluster.plugins.modules."
+            + self.module_name.rsplit(".", 1)[-1])
         args = json.loads(json.dumps(self._task.args, default=str))
         module_class = functools.partial(ControllerModule, name=self.module_name, args=args,
                                          check_mode=bool(self._task.check_mode),
                                          diff=bool(self._task.diff))
         try:
-            self.module.main(module_class)
+            module.main(module_class)
         except _Exited as done:
             # What a module returns is data, never a template, wherever it ran.
             return wrap_var(done.result)

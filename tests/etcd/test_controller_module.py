@@ -108,6 +108,16 @@ def test_only_the_module_path_ships_a_module_to_run(etcd, tmp_path, on_controlle
     assert (SHIPPED in done.stdout) is not on_controller
 
 
+def test_the_module_a_task_names_by_its_short_name_is_the_one_run_in_process(etcd, tmp_path):
+    """Every module's action is one class, which runs the module the task resolved to:
+    a short name under the play's `collections` runs etcd_key_info, not another."""
+    task = {"name": "read", "etcd_key_info": read_task(etcd)["yasco.cluster.etcd_key_info"]}
+    done = verbose_run(tmp_path, task, collections=["yasco.cluster"])
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert SHIPPED not in done.stdout
+    assert '"key": "/test/shipped"' in done.stdout and '"exists": false' in done.stdout
+
+
 @pytest.mark.parametrize("task_options", [
     {"become": True, "become_method": "ansible.builtin.su"},  # root to root: no password
     {"environment": {"A": "1"}},
