@@ -4,14 +4,12 @@
 """The documentation of the etcd connection options, in one place.
 
 `DOCUMENTATION` (fragment `yasco.cluster.etcd`) documents `ETCD_ARGUMENT_SPEC` in
-plugins/module_utils/adapters/etcd_module.py for modules. `PLUGINS` (fragment
-`yasco.cluster.etcd.plugins`) documents the same options for the lookup and inventory
-plugins, which read them through Ansible's configuration with environment sources;
-the lookup adds its variable sources in its own documentation. The two say the same
-of each option but where its environment variable comes in (a module's description
-names it, as its argument spec reads it; a plugin's option lists it under `env`), and
-Ansible takes a fragment's option whole, not item by item of its description, so
-neither can extend the other.
+plugins/module_utils/adapters/etcd_module.py, for the modules and for the lookup and
+inventory plugins. A plugin reads the options through Ansible's configuration, so it
+also lists `PLUGINS` (fragment `yasco.cluster.etcd.plugins`), after it: each option's
+environment variable as a configuration source (`env`), which a module's argument
+spec reads on its own. Ansible merges the fragments' options key by key; the lookup
+adds its variable sources (`vars`) in its own documentation the same way.
 
 Both point to the layout of the cluster's keys (docs/etcd-schema.md), which every
 module and plugin that talks to etcd reads or writes.
@@ -71,8 +69,8 @@ options:
     default: 5
 notes:
   - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
-  - Needs the Python library C(etcd3gw) where the module runs. It talks to etcd's v3
-    JSON gateway, which etcd 3.4 and later serve on the client URLs.
+  - Needs the Python library C(etcd3gw) where it runs. It talks to etcd's v3 JSON
+    gateway, which etcd 3.4 and later serve on the client URLs.
   - Proxy settings in the environment (C(HTTP_PROXY) and the like) are ignored for
     etcd's endpoints.
 requirements:
@@ -82,60 +80,21 @@ requirements:
     PLUGINS = r"""
 options:
   endpoints:
-    description:
-      - The client URLs of etcd's members, such as V(http://10.0.0.1:2379) or
-        V(https://etcd1.example.com:2379), tried in this order. A request goes to the
-        first that answers; when that one stops answering, to the next.
-    type: list
-    elements: str
-    required: true
     env:
       - name: YASCO_ETCD_ENDPOINTS
   ca_cert:
-    description:
-      - The PEM file of the CA that signed etcd's server certificates, for
-        V(https) endpoints. Without it, the system's trusted CAs are used.
-    type: path
     env:
       - name: YASCO_ETCD_CA_CERT
   client_cert:
-    description:
-      - The PEM file of the client certificate, when etcd requires one
-        (C(--client-cert-auth)).
-    type: path
     env:
       - name: YASCO_ETCD_CLIENT_CERT
   client_key:
-    description:
-      - The PEM file of the client certificate's private key, unless it is in
-        O(client_cert).
-    type: path
     env:
       - name: YASCO_ETCD_CLIENT_KEY
   username:
-    description:
-      - The etcd user to authenticate as, when etcd has authentication enabled.
-        Requires O(password).
-    type: str
     env:
       - name: YASCO_ETCD_USERNAME
   password:
-    description:
-      - The password of O(username).
-    type: str
     env:
       - name: YASCO_ETCD_PASSWORD
-  timeout:
-    description:
-      - Seconds to wait for each endpoint to connect and to answer each request.
-    type: float
-    default: 5
-notes:
-  - The cluster's keys in etcd, in C(docs/etcd-schema.md) of the collection.
-  - Needs the Python library C(etcd3gw) on the controller. It talks to etcd's v3 JSON
-    gateway, which etcd 3.4 and later serve on the client URLs.
-  - Proxy settings in the environment (C(HTTP_PROXY) and the like) are ignored for
-    etcd's endpoints.
-requirements:
-  - etcd3gw
 """

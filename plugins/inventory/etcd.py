@@ -50,6 +50,7 @@ options:
 extends_documentation_fragment:
   - constructed
   - inventory_cache
+  - yasco.cluster.etcd
   - yasco.cluster.etcd.plugins
 notes:
   - Liveness changes by the second. Leave O(cache) off for anything that decides on

@@ -66,6 +66,7 @@ options:
     vars:
       - name: yasco_etcd_timeout
 extends_documentation_fragment:
+  - yasco.cluster.etcd
   - yasco.cluster.etcd.plugins
 seealso:
   - module: yasco.cluster.etcd_key

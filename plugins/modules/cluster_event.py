@@ -47,9 +47,8 @@ options:
     type: dict
   events:
     description:
-      - Several events in one task, each a mapping of this module's options (at least
-        O(kind), here or for the task); what an element leaves out comes from the
-        task's options.
+      - Several events in one task, with at least O(kind) each or for the task (see
+        the notes).
     type: list
     elements: dict
 attributes:
@@ -59,6 +58,7 @@ attributes:
 extends_documentation_fragment:
   - yasco.cluster.attributes
   - yasco.cluster.etcd
+  - yasco.cluster.batch
 seealso:
   - module: yasco.cluster.cluster_status
 """

@@ -23,10 +23,8 @@ options:
     type: str
   drives:
     description:
-      - Several drives in one task, each a mapping of this module's options (at least
-        O(name)); what an element leaves out comes from the task's options.
-      - Quicker than a loop, which starts the module and connects to Ceph once per
-        drive. Mutually exclusive with O(name).
+      - Several drives in one task, with at least O(name) each (see the notes).
+        Mutually exclusive with O(name).
     type: list
     elements: dict
     version_added: 0.1.0
@@ -53,6 +51,7 @@ extends_documentation_fragment:
   - yasco.cluster.attributes
   - yasco.cluster.ceph
   - yasco.cluster.ceph.pool
+  - yasco.cluster.batch
 requirements:
   - pycdlib
 seealso:

@@ -30,11 +30,10 @@ options:
     type: str
   keys:
     description:
-      - Several keys in one task, each a mapping of this module's options (at least
-        O(key)); what an element leaves out comes from the task's options.
+      - Several keys in one task, with at least O(key) each (see the notes).
+        Mutually exclusive with O(key).
       - Each key is written or deleted, and its condition compared, on its own, in
-        order; the first that fails stops the task. Quicker than a loop, which starts
-        the module and connects to etcd once per key. Mutually exclusive with O(key).
+        order; the first that fails stops the task.
     type: list
     elements: dict
     version_added: 0.1.0
@@ -90,6 +89,7 @@ attributes:
 extends_documentation_fragment:
   - yasco.cluster.attributes
   - yasco.cluster.etcd
+  - yasco.cluster.batch
 notes:
   - When the key already holds O(value) bound to O(lease), nothing changes and
     O(if_revision) and O(if_value) are not checked, so that running the task again

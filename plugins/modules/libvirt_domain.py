@@ -29,10 +29,8 @@ options:
     type: str
   domains:
     description:
-      - Several domains in one task, each a mapping of this module's options (at least
-        O(name)); what an element leaves out comes from the task's options.
-      - Quicker than a loop, which starts the module and connects to each hypervisor
-        once per domain. Mutually exclusive with O(name).
+      - Several domains in one task, with at least O(name) each (see the notes).
+        Mutually exclusive with O(name).
     type: list
     elements: dict
     version_added: 0.1.0
@@ -130,7 +128,8 @@ extends_documentation_fragment:
   - yasco.cluster.attributes
   - yasco.cluster.libvirt
   - yasco.cluster.domain_spec
-  - yasco.cluster.batch_independent
+  - yasco.cluster.batch
+  - yasco.cluster.batch.independent
 notes:
   - Disks are not created or removed here; see M(yasco.cluster.rbd_image).
 seealso:

@@ -24,10 +24,8 @@ options:
     type: str
   images:
     description:
-      - Several images in one task, each a mapping of this module's options (at least
-        O(name)); what an element leaves out comes from the task's options.
-      - Quicker than a loop, which starts the module and connects to Ceph once per
-        image. Mutually exclusive with O(name).
+      - Several images in one task, with at least O(name) each (see the notes).
+        Mutually exclusive with O(name).
     type: list
     elements: dict
     version_added: 0.1.0
@@ -70,6 +68,7 @@ extends_documentation_fragment:
   - yasco.cluster.attributes
   - yasco.cluster.ceph
   - yasco.cluster.ceph.pool
+  - yasco.cluster.batch
 seealso:
   - module: yasco.cluster.rbd_image_info
   - module: yasco.cluster.ceph_fence

@@ -35,6 +35,15 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 
+class ReadOnlyRun:
+    """The run of a module that only reads (an _info module): the same in check mode.
+    A subclass reads `self.params` in its `run()`."""
+
+    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
+        del check_mode  # reading is the same either way
+        self.params = params
+
+
 class BatchModule:
     """An AnsibleModule whose options describe one item, identified by `key`, or,
     with `option`, several: each element of `option` takes the same options, and

@@ -14,17 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import ReadOnlyRun
 
 # PGs inactive or down (I/O to them blocks), and full OSDs or pools (writes fail).
 BLOCKING_CHECKS = ["PG_AVAILABILITY", "OSD_FULL", "POOL_FULL"]
 
 
-class HealthInfo:
+class HealthInfo(ReadOnlyRun):
     """One run of the ceph_health_info module: read the health, change nothing."""
-
-    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
-        del check_mode  # reading is the same either way
-        self.params = params
 
     def run(self) -> dict[str, Any]:
         with ceph.connect(self.params) as cluster:

@@ -17,6 +17,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph import CephError
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.ceph_module import CephRun
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import ReadOnlyRun
 
 # Features librbd can switch on an existing image; the rest are fixed at creation.
 DYNAMIC_FEATURES = {"exclusive-lock", "object-map", "fast-diff", "journaling"}
@@ -230,12 +231,8 @@ class ImageRun(CephRun):
                             "or fence its client, then try again") from err
 
 
-class ImageInfo:
+class ImageInfo(ReadOnlyRun):
     """One run of the rbd_image_info module: describe an image, change nothing."""
-
-    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
-        del check_mode  # reading is the same either way
-        self.params = params
 
     def run(self) -> dict[str, Any]:
         p = self.params

@@ -18,6 +18,7 @@ from typing import Any
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_xml import (
     has_guest_agent_channel)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import ReadOnlyRun
 
 try:
     import libvirt_qemu
@@ -70,12 +71,8 @@ def describe(dom, guest_agent: bool) -> dict[str, Any]:
     return out
 
 
-class DomainInfo:
+class DomainInfo(ReadOnlyRun):
     """One run of the libvirt_domain_info module: read, change nothing."""
-
-    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
-        del check_mode  # reading is the same either way
-        self.params = params
 
     def run(self) -> dict[str, Any]:
         p = self.params

@@ -21,6 +21,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import KeyValue
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     FENCE_LIFT_MARK, fence_lift_mark, fence_stands, fence_unmarked, to_json)
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import ReadOnlyRun
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 
 # A host's fence is two things changed together: its entries in Ceph's blocklist and
@@ -126,12 +127,8 @@ class FenceRun:
                                      for lock in locks if lock not in doomed]
 
 
-class FenceInfo:
+class FenceInfo(ReadOnlyRun):
     """One run of the ceph_fence_info module: list blocklist entries, change nothing."""
-
-    def __init__(self, params: dict[str, Any], check_mode: bool) -> None:
-        del check_mode  # reading is the same either way
-        self.params = params
 
     def run(self) -> dict[str, Any]:
         p = self.params

@@ -1,12 +1,28 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The options of a batch whose items are independent of each other
-(module_utils/adapters/module_run.py, INDEPENDENT_SPEC)."""
+"""Several items in one task: a module's list option of mappings of its own options
+(module_utils/adapters/module_run.py runs them).
+
+`DOCUMENTATION` (fragment `yasco.cluster.batch`), listed by every module that takes
+such a list: how an item is read, and why it beats a loop (a note; Ansible wants a
+fragment to have options, so its options are none). `INDEPENDENT`
+(`yasco.cluster.batch.independent`): the options of a batch whose items are
+independent of each other (INDEPENDENT_SPEC in module_run.py).
+"""
 
 
 class ModuleDocFragment:
     DOCUMENTATION = r"""
+options: {}
+notes:
+  - Several items in one task, in the list option that says so, are each a mapping of
+    the module's options; what an item leaves out comes from the task's options. One
+    such task is quicker than a loop, which starts the module and connects once per
+    item.
+"""
+
+    INDEPENDENT = r"""
 options:
   keep_going:
     description:
