@@ -11,8 +11,8 @@ environment variable as a configuration source (`env`), which a module's argumen
 spec reads on its own. Ansible merges the fragments' options key by key; the lookup
 adds its variable sources (`vars`) in its own documentation the same way.
 
-Both point to the layout of the cluster's keys (docs/etcd-schema.md), which every
-module and plugin that talks to etcd reads or writes.
+Its notes point to the layout of the cluster's keys (docs/etcd-schema.md), which
+every module and plugin that talks to etcd reads or writes.
 """
 
 from __future__ import annotations
