@@ -39,11 +39,12 @@ def vdm_ha_record(vdm, cluster=etcd_keys.DEFAULT_CLUSTER):
         raise AnsibleFilterError(f"vdm_ha_record: {err}") from err
 
 
-def recovery_plan(steps, status, items, cluster=etcd_keys.DEFAULT_CLUSTER):
-    """What to do for the reconciler's steps, against the cluster as it is now."""
+def recovery_plan(steps, status, items, cluster=etcd_keys.DEFAULT_CLUSTER, vdm=None):
+    """What to do for the reconciler's steps, against the cluster as it is now and
+    the VDM's capacities."""
     from ansible_collections.yasco.cluster.plugins.module_utils.stories import recovery
     try:
-        return recovery.plan(steps, status or {}, items or [], cluster)
+        return recovery.plan(steps, status or {}, items or [], cluster, vdm)
     except (recovery.RecoveryError, KeyError, ValueError) as err:
         raise AnsibleFilterError(f"cannot recover: {err}") from err
 

@@ -43,10 +43,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_o
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
     Memory, Policy)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
-    candidates, host_loads, make_room)
+    candidates, host_loads, make_room, take)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import (
     ACTIVE, FAILED, MIGRATING, RUNNING, STARTING)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import size
 
 # What the reconciler's steps ask recover_vm.yml to do.
 STEP_ACTIONS = ("restart", "relocate", "stop", "fail", "confirm")
@@ -226,13 +225,8 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             if not (returning and step["action"] == "restart"):
                 memory.attempts.setdefault(vm, []).append((now, step["to"], step["action"]))
             # What it takes now counts for the VMs after it (a lower priority).
-            for r, used in size(vms[vm]).items():
-                free[step["to"]][r] -= used
+            take(vm, step["to"], free, preemptible, vms, step["preempt"])
             labels[step["to"]] |= set(vms[vm].get("anti_affinity", []))
-            for name in step["preempt"]:
-                preemptible[step["to"]].remove(name)
-                for r, used in size(vms.get(name, {})).items():
-                    free[step["to"]][r] += used
         elif step["action"] == "fail":
             memory.failed[vm] = (now, frozenset(usable))
     for step in steps:

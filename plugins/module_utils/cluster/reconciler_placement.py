@@ -66,6 +66,26 @@ def make_room(vm: str, host: str, free, preemptible, vms) -> list[str] | None:
     return stop if _fits(need, room) else None
 
 
+def take(vm: str, host: str, free, preemptible, vms, preempt: list[str]) -> bool:
+    """Whether `vm` fits on `host` once the preemptible VMs `preempt` there stop; if
+    it does, its room is taken: `free` and `preemptible` then say what is left for the
+    VMs after it. A host of unknown capacity takes anything."""
+    if host not in free:
+        return True
+    room = dict(free[host])
+    stopping = [n for n in preempt if n in preemptible.get(host, [])]
+    for name in stopping:
+        for r, used in size(vms.get(name, {})).items():
+            room[r] += used
+    need = size(vms.get(vm, {}))
+    if not _fits(need, room):
+        return False
+    free[host] = {r: room[r] - need.get(r, 0) for r in room}
+    for name in stopping:
+        preemptible[host].remove(name)
+    return True
+
+
 def candidates(vm: str, entry: dict[str, Any], usable: set[str], free) -> list[str]:
     """Where `vm` may go, best first: home, its planned failover chain, then every
     other usable host it is allowed on, roomiest first."""

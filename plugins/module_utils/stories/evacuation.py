@@ -159,7 +159,16 @@ def after_fence(evacuation: dict[str, Any], fence: dict[str, Any]) -> dict[str, 
     names = {h["vm"] for h in held + missing}
     start = [s for s in evacuation["start"] if s["vm"] not in names]
     return {**evacuation, "start": start, "held": held, "missing": missing,
-            "targets": sorted({s["to"] for s in start})}
+            "targets": sorted({s["to"] for s in start}), "writes": writes(start, evacuation)}
+
+
+def writes(start: list[dict[str, Any]], evacuation: dict[str, Any]) -> list[dict[str, Any]]:
+    """The etcd writes of the fence play, in the order made: the claims of the VMs to
+    start first, then the records of the VMs stopped or left down. The other way
+    round, a reconciler reading between the two would see a VM left down and a
+    target's room not yet claimed, and send the VM there too."""
+    return ([s["claim"] for s in start if s.get("claim")]
+            + [step["record"] for step in evacuation["preempt"] + evacuation["down"]])
 
 
 def ceph_addrs(host: dict[str, Any]) -> list[str]:

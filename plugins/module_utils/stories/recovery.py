@@ -11,6 +11,9 @@ A VM is started only when all of this holds:
   only one starts the VM;
 - libvirt on the host it ran on, asked directly, says it runs there no more: the
   agent's word is not enough to start a second copy;
+- its target still has room for it, beside what runs there and what etcd records
+  as claimed or running there now: a step decided before another run took that room
+  (an evacuation claiming a slot) is left alone, to be decided again;
 - no client holds its disk but dead ones, on that host or on a fenced one: a QEMU
   that died keeps its exclusive lock (its watch lingers in the OSDs for half a
   minute), and a hypervisor's cephx user may not take it over. The fencer blocklists
@@ -30,6 +33,9 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import STEP_ACTIONS
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
     REQUESTED_STATES)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
+    host_loads, take)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import ha_view
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import (
     ceph_addrs, images_of, preempt_step)
 
@@ -59,9 +65,11 @@ def requested_record(vm: str, state: str, vdm: dict[str, Any], cluster: str, by:
 
 
 def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[str, Any]],
-         cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[str, Any]:
+         cluster: str = etcd_keys.DEFAULT_CLUSTER, vdm: dict[str, Any] | None = None
+         ) -> dict[str, Any]:
     """What to do for the reconciler's `steps`, checked against the cluster as it is
-    now (cluster_status) and each VM's provisioning item."""
+    now (cluster_status), each VM's provisioning item and the VDM's capacities and
+    sizes (none checked without `vdm`)."""
     if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
         raise RecoveryError("yasco_recover: must be a list of the reconciler's steps "
                             "(each a mapping with action and vm)")
@@ -73,7 +81,10 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
     fenced = sorted({a for h in hosts.values() if h.get("fenced")
                      for a in (h.get("fence") or {}).get("ceph_addrs") or ceph_addrs(h)})
     out: dict[str, Any] = {"start": [], "stop": [], "fail": [], "preempt": [], "stale": [],
-                           "confirm": [], "events": []}
+                           "confirm": [], "crowded": [], "events": []}
+    # The VMs to start or stop are counted where their steps leave them.
+    room = Room(status, vdm, {step.get("vm") for step in steps
+                              if step.get("action") in ("restart", "relocate", "stop")})
     for step in steps:
         action, name = step.get("action"), step.get("vm")
         if action not in STEP_ACTIONS:
@@ -106,6 +117,10 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                 vm, vm_records.FAILED, record.get("host"), cluster,
                 reason=step.get("reason", ""))})
             out["events"].append({**event, "kind": "failed"})
+        elif (not room.take(name, step.get("to"), step.get("preempt", []))
+              and action == "relocate"):
+            # A restart in place goes back into the room it had.
+            out["crowded"].append({"vm": name, "to": step.get("to")})
         else:
             out["start"].append(_start(step, vm, by_name[name], hosts, cluster, fenced))
             out["preempt"] += [preempt_step(p, vms.get(p, {}), hosts, cluster)
@@ -115,6 +130,28 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                       for s in out["start"] if s["source_uri"]]
     out["images"] = sorted({i for s in out["start"] for i in s["images"]})
     return out
+
+
+class Room:
+    """Each host's room now, from what runs there and what etcd records as claimed or
+    running there (reconciler_placement's count), less the VMs of the steps: each
+    is counted where its step starts it, once taken."""
+
+    def __init__(self, status: dict[str, Any], vdm: dict[str, Any] | None,
+                 moving: set[str]) -> None:
+        sizes = ha_view(vdm) if vdm else {}
+        self.vms = sizes.get("vms", {})
+        others = {n: vm for n, vm in ClusterView(status).vms.items() if n not in moving}
+        observed = {"vdm": sizes,
+                    "records": {n: (vm.get("record") or {}, vm_records.revision_of(vm))
+                                for n, vm in others.items()}}
+        self.free, self.preemptible, dummy = host_loads(
+            observed, {n: list(vm.get("running_on") or []) for n, vm in others.items()})
+
+    def take(self, vm: str, host: str | None, preempt: list[str]) -> bool:
+        """Whether `vm` fits on `host` once `preempt` stop there; its room is then
+        taken for the steps after it."""
+        return take(vm, host or "", self.free, self.preemptible, self.vms, preempt)
 
 
 def _start(step: dict[str, Any], vm: dict[str, Any], item: dict[str, Any],

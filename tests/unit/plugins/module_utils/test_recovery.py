@@ -143,3 +143,46 @@ def test_a_lock_held_from_a_fenced_host_is_dead():
     done = recovery.after_lock_check(recovery.plan([restart()], cluster, ITEMS),
                                      disks("10.1.0.2:0/77"))
     assert done["dead_clients"] == ["10.1.0.2:0/77"] and len(done["start"]) == 1
+
+
+def relocate(vm: str, to: str, preempt=()) -> dict:
+    return {"action": "relocate", "vm": vm, "from": "hv1", "to": to, "hosts": [],
+            "preempt": list(preempt), "record": DOWN, "revision": revision(vm),
+            "reason": "recorded down"}
+
+
+DOWN = {"host": "hv1", "state": "down"}
+# hv2 holds two VMs: the preemptible batch, and one more.
+SMALL_HV2 = {**VDM, "hosts": {**VDM["hosts"], "hv2": {"vcpus": 8, "memory_mb": 1024}}}
+
+
+def test_a_relocation_whose_target_was_claimed_since_it_was_decided_is_left_alone():
+    """The reconciler sent web to hv2, where an evacuation has since claimed db: beside
+    the preemptible VM it does not fit, so it is not started; it would once batch
+    stops, as the step says when it was decided to."""
+    claimed = status(alive=("hv2", "hv3"), records={
+        "web": DOWN, "db": {"host": "hv2", "state": "starting", "from": "hv1"},
+        "batch": {"host": "hv2", "state": "running"}}, running={"batch": ["hv2"]})
+    done = recovery.plan([relocate("web", "hv2")], claimed, ITEMS, "c1", SMALL_HV2)
+    assert done["start"] == [] and done["crowded"] == [{"vm": "web", "to": "hv2"}]
+    done = recovery.plan([relocate("web", "hv2", ["batch"])], claimed, ITEMS, "c1", SMALL_HV2)
+    assert [s["vm"] for s in done["start"]] == ["web"] and done["crowded"] == []
+    assert [p["vm"] for p in done["preempt"]] == ["batch"]
+    # Before the claim, hv2 has room for web beside batch.
+    free = status(alive=("hv2", "hv3"), records={"web": DOWN, "db": DOWN},
+                  running={"batch": ["hv2"]})
+    assert [s["vm"] for s in recovery.plan([relocate("web", "hv2")], free, ITEMS, "c1",
+                                           SMALL_HV2)["start"]] == ["web"]
+
+
+def test_two_relocations_to_one_host_take_its_room_in_turn_and_a_restart_keeps_its_own():
+    free = status(alive=("hv2", "hv3"), records={"web": DOWN, "db": DOWN},
+                  running={"batch": ["hv2"]})
+    done = recovery.plan([relocate("db", "hv2"), relocate("web", "hv2")], free, ITEMS, "c1",
+                         SMALL_HV2)
+    assert [s["vm"] for s in done["start"]] == ["db"]
+    assert done["crowded"] == [{"vm": "web", "to": "hv2"}]
+    # A VM restarted where it died goes back into its own room, however full the host.
+    full = {**VDM, "hosts": {**VDM["hosts"], "hv1": {"vcpus": 1, "memory_mb": 512}}}
+    done = recovery.plan([restart()], alive_status(), ITEMS, "c1", full)
+    assert [s["vm"] for s in done["start"]] == ["web"] and done["crowded"] == []
