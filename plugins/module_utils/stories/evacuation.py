@@ -23,7 +23,12 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
+    candidates, host_loads, make_room, take)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
+    VdmView, ha_view)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+    failure_set_key)
 
 
 class EvacuationError(Exception):
@@ -64,6 +69,8 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     failover = view.failover_for(failed + unusable) if failed else {
         "targets": {}, "preempt": [], "down": [], "planned": True}
     requested = ClusterView(status).requested
+    if not failover.get("planned", True):
+        failover = _best_effort_now(status, vdm, failed, unusable, requested)
     start: list[dict[str, Any]] = []
     down: list[dict[str, Any]] = []
     settled: list[str] = []
@@ -85,8 +92,11 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         if where in failed and record.get("state") in ACTIVE:
             target = failover["targets"].get(name)
             home = view.home(name)
-            if target is None and home not in failed and home not in unusable:
-                target = home  # it was away from home, and home is up
+            if (target is None and failover["planned"] and home not in failed
+                    and home not in unusable):
+                # It was away from home, and home is up (beyond the plan, the best
+                # effort tried home first, and found no room there).
+                target = home
             if target is None:
                 down.append(_marked_down(vms[name], cluster))
                 continue
@@ -127,6 +137,50 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                     "details": {"ceph_addrs": ceph_addrs(hosts.get(h, {}))}} for h in failed]
         + [{"kind": "preempted", "vm": p["vm"], "host": p["host"]} for p in preempt],
     }
+
+
+def _best_effort_now(status: dict[str, Any], vdm: dict[str, Any], failed: list[str],
+                     unusable: list[str], requested: dict[str, str]) -> dict[str, Any]:
+    """More hosts out than the map plans for: the failed hosts' HA VMs, highest
+    priority first, each on the first host with room in the reconciler's order (home,
+    its planned chain, then the roomiest), stopping preemptible VMs where that makes
+    room; those that find none stay down. Room is counted from what runs on each host
+    and what etcd records there now, as the reconciler counts it: the VDM's homes no
+    longer say it once VMs of an earlier failure run on their targets."""
+    vms = ClusterView(status).vms
+    sizes = ha_view(vdm)
+    entries = sizes["vms"]
+    observed = {"vdm": sizes, "records": {n: (vm.get("record") or {}, 0)
+                                          for n, vm in vms.items()}}
+    free, preemptible, labels = host_loads(observed, {
+        n: [h for h in vm.get("running_on") or [] if h not in failed]
+        for n, vm in vms.items()})
+    usable = {h for h in ClusterView(status).hosts
+              if h in sizes["hosts"] and h not in failed and h not in unusable}
+    displaced = sorted(
+        (n for n, vm in vms.items()
+         if entries.get(n, {}).get("kind") == "ha"
+         and requested.get(n, "started") == "started"
+         and _lives_on(vm.get("record") or {}, vm, failed) in failed
+         and (vm.get("record") or {}).get("state") in ACTIVE),
+        key=lambda n: (-int(entries[n].get("priority", 0)), n))
+    targets: dict[str, str] = {}
+    preempt: list[str] = []
+    down: list[str] = []
+    for name in displaced:
+        mine = set(entries[name].get("anti_affinity", []))
+        for host in candidates(name, entries[name], usable, free):
+            stop = None if mine & labels.get(host, set()) else make_room(
+                name, host, free, preemptible, entries)
+            if stop is not None and take(name, host, free, preemptible, entries, stop):
+                targets[name] = host
+                preempt += stop
+                labels[host] = labels.get(host, set()) | mine
+                break
+        else:
+            down.append(name)
+    return {"failed": failure_set_key(set(failed + unusable)), "planned": False,
+            "targets": targets, "preempt": preempt, "down": down}
 
 
 def _lives_on(record: dict[str, Any], vm: dict[str, Any], failed: list[str]) -> str | None:

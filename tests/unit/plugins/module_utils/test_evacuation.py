@@ -250,3 +250,52 @@ def test_an_outcome_leaves_out_a_fence_an_earlier_run_put_up_and_says_what_etcd_
     assert report["lines"][-1] == "seconds: -"
     assert "fenced" not in [e["kind"] for e in report["events"]]
     assert outcome(done, [], {}, {}, None, {})["lines"][0] == "failed: hv1 (planned)"
+
+
+def test_beyond_the_plan_room_is_counted_from_what_runs_where_not_from_the_homes():
+    """A cascade: hv2 failed and its HA VM b runs on its planned target hv3; then hv1
+    fails, more failures than the map's one. Counted from the homes, hv3 is empty and
+    a (higher priority) would go there too, beside b on a host with room for one; what
+    runs there says it goes to hv4. With hv4 drained, it stays down, and the
+    preemptible VM on hv3 is stopped only when that makes room. A VM whose refuge
+    fails beyond the plan goes home only if home has room."""
+    vdm = {"version": 1,
+           "hosts": {"hv1": {"vcpus": 4, "memory_mb": 512}, "hv2": {"vcpus": 4, "memory_mb": 512},
+                     "hv3": {"vcpus": 4, "memory_mb": 384}, "hv4": {"vcpus": 4, "memory_mb": 512}},
+           "vms": {"a": {"kind": "ha", "priority": 5, "vcpus": 1, "memory_mb": 256},
+                   "b": {"kind": "ha", "priority": 0, "vcpus": 1, "memory_mb": 256},
+                   "spot": {"kind": "preemptible", "vcpus": 1, "memory_mb": 128}},
+           "home": {"a": "hv1", "b": "hv2", "spot": "hv3"},
+           "failover": {"hv1": {"a": "hv3"}, "hv2": {"b": "hv3"}, "hv3": {}, "hv4": {}},
+           "preempt": {"hv1": ["spot"], "hv2": ["spot"]}}
+    uris = {h: f"qemu+libssh://root@{h}/system" for h in vdm["hosts"]}
+    items = [{"name": n, "uri": uris[h], "priority": vdm["vms"][n].get("priority", 0),
+              "domain": {"name": n, "spec": {"disks": [{"rbd": f"yasco/{n}"}]}}}
+             for n, h in vdm["home"].items()]
+
+    def cascade(drained=(), alive=("hv3", "hv4"), where=None):
+        where = where or {"a": "hv1", "b": "hv3", "spot": "hv3"}
+        return {"hypervisors": [{"name": h, "uri": uris[h], "alive": h in alive,
+                                 "maintenance": h in drained,
+                                 "registered": {"ceph_addrs": [f"10.1.0.{i}"]}}
+                                for i, h in enumerate(vdm["hosts"], start=1)],
+                "vms": [{"name": n, "record": {"host": h, "state": "running"},
+                         "record_revision": 40 + i, "running_on": [h] if h in alive else []}
+                        for i, (n, h) in enumerate(where.items())]}
+
+    done = plan(cascade(), vdm, items)
+    assert done["failed"] == ["hv1", "hv2"] and not done["planned"]
+    assert [(s["vm"], s["to"]) for s in done["start"]] == [("a", "hv4")]
+    assert done["preempt"] == [] and done["down"] == []
+    # hv4 drained: room on hv3 only, 384 MiB, b holding 256 of it, spot 128: a stays
+    # down (a running HA VM is never stopped for it), and spot keeps running.
+    done = plan(cascade(drained=("hv4",)), vdm, items)
+    assert done["start"] == [] and done["preempt"] == []
+    assert [d["vm"] for d in done["down"]] == ["a"] and done["left_down"] == ["a"]
+    # hv2 came back and took a; then hv3 fails, with b on it, and hv4 is drained: b's
+    # home has no room for it beside a, and b is left down, not sent home regardless.
+    vdm["hosts"]["hv2"]["memory_mb"] = 384
+    done = plan(cascade(drained=("hv4",), alive=("hv2", "hv4"),
+                        where={"a": "hv2", "b": "hv3", "spot": "hv3"}), vdm, items)
+    assert done["failed"] == ["hv1", "hv3"] and done["start"] == []
+    assert [d["vm"] for d in done["down"]] == ["b", "spot"]
