@@ -145,3 +145,31 @@ def test_every_shell_script_passes_shellcheck():
     assert {"scripts/bootstrap", "scripts/test", "scripts/debian.sh", ".ci/run",
             "environments/apt-pkgmgr"} <= set(scripts)
     run("shellcheck", "--format", "gcc", *scripts)
+
+
+def test_each_module_that_talks_to_etcd_ceph_or_libvirt_runs_in_the_controllers_process():
+    """Its action plugin, through meta/runtime.yml, is ModuleOnController: what Ansible's
+    own loader finds for every module, but vdm_plan (an action of its own) and
+    power_fence (a plain module)."""
+    script = (
+        "import json, sys\n"
+        "from ansible.plugins.loader import action_loader, init_plugin_loader, module_loader\n"
+        "init_plugin_loader([sys.argv[1]])\n"
+        "from ansible_collections.yasco.cluster.plugins.plugin_utils.controller_module"
+        " import ModuleOnController\n"
+        "found = {}\n"
+        "for name in sys.argv[2:]:\n"
+        "    module = module_loader.find_plugin_with_context('yasco.cluster.' + name)\n"
+        "    action = module.action_plugin or (module.resolved_fqcn if action_loader.has_plugin("
+        "module.resolved_fqcn) else None)\n"
+        "    cls = action_loader.get(action, class_only=True) if action else None\n"
+        "    found[name] = bool(cls and issubclass(cls, ModuleOnController))\n"
+        "print(json.dumps(found))\n")
+    modules = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
+    result = run(str(BIN / "python"), "-c", script, str(REPO / "collections"), *modules)
+    import json
+    found = json.loads(result.stdout)
+    assert {m for m, yes in found.items() if not yes} == {"power_fence", "vdm_plan"}
+    assert len(found) == len(modules) > 20
+    assert sorted(p.stem for p in (REPO / "plugins" / "action").glob("*.py")) == [
+        "cluster_status", "vdm_plan"]

@@ -104,9 +104,9 @@ class ControllerModule:
 
 class ModuleOnController(NormalAction):
     """The action of every one of this collection's modules that talks to etcd, Ceph or
-    libvirt: each module's action plugin is this class under the module's name, and it
-    runs the module the task names, whose `main(module_class)` builds its AnsibleModule
-    from `module_class`."""
+    libvirt (plugins/action/cluster_status.py, to which meta/runtime.yml routes the
+    others): it runs the module the task names, whose `main(module_class)` builds its
+    AnsibleModule from `module_class`."""
 
     @property
     def module_name(self) -> str:
