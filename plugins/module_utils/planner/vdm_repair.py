@@ -9,7 +9,14 @@ is too slow or its model too large (`repair`): a large-neighbourhood search that
 the VMs of a few hosts at a time (a `Window`), holds the rest of the plan fixed as
 load on each host and on each host under each failure set, and solves the window
 exactly. The planner calls it on the partial plan where the greedy search stopped:
-it often finds a plan, but never proves there is none.
+it often finds a plan, but never proves there is none. On a re-plan, where the exact
+model is not too large, its first step is one window over every host that holds every
+home the plan has and frees every failover target (`_retarget`): on a cluster that
+tolerates two failures and is nearly full, what leaves a VM without a home is most
+often where the spare lies, which a window of a few hosts, holding the targets of the
+VMs outside it, cannot change; and with every home held, the VMs stay where they are.
+From scratch the windows alone do better: on planted 18-host clusters filled to 98 %
+with X = 2, the first step's three quarters of the time left one of ten unplanned.
 
 A re-plan's plan that moves many VMs from their current homes is settled (`settle`):
 each step frees the homes on a few hosts, those that moved VMs left and went to,
@@ -30,7 +37,7 @@ import time
 from collections import Counter
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_model import (
-    SCALE, ExactModel, Window, cp_model)
+    SCALE, ExactModel, Window, cp_model, supported)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import Problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_solver import (
     Outcome, hint, read)
@@ -40,6 +47,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_solver i
 WINDOW_HOSTS = 4
 WINDOW_SECONDS = 5.0
 SETTLE_TRIES = 6
+# The share of the repair's time its first step, over every host, may take.
+RETARGET_SHARE = 0.75
 
 
 def _fill(model: ExactModel) -> None:
@@ -150,6 +159,29 @@ def settle(problem: Problem, home: dict[str, str],
                    reason=f"settled in {steps} windows: {len(moved)} moved")
 
 
+def _retarget(problem: Problem, home: dict[str, str],
+              targets: dict[str, dict[frozenset[str], str]], time_limit: float,
+              seed: int, workers: int | None) -> tuple[dict, dict] | None:
+    """The partial plan `home` and `targets` with every failover target laid out anew:
+    each host keeps every VM it has at home and may take VMs that have none, as many as
+    the spare laid out anew leaves room for (`_fill`); None when no better plan was
+    found in `time_limit` seconds."""
+    model = ExactModel(problem, Window(frozenset(problem.hosts), home, targets))
+    held = Counter((c, home[name]) for c, names in model.vms_of.items()
+                   for name in names if name in home)
+    for (c, h), v in model.home.items():
+        model.model.add(v >= held[(c, h)])
+    hint(model, home, targets)
+    _fill(model)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.random_seed = seed
+    if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return read(model, solver, home)
+
+
 def repair(problem: Problem, home: dict[str, str],
            targets: dict[str, dict[frozenset[str], str]], time_limit: float,
            previous_home: dict[str, str] | None = None, seed: int = 0,
@@ -166,7 +198,9 @@ def repair(problem: Problem, home: dict[str, str],
     With `previous_home`, once every VM has a home it goes on to move VMs back where
     they were, with windows drawn around the hosts moved VMs left and went to, in
     which every VM keeps a home: until none is moved, SETTLE_TRIES windows in a row
-    bring none back, or the time is up."""
+    bring none back, or the time is up. On a re-plan, where the exact model is not too
+    large, its first step lays every failover target out anew around the homes the
+    plan has (`_retarget`), for up to RETARGET_SHARE of the time."""
     start = time.perf_counter()
     if cp_model is None:
         return Outcome("unsupported", reason="the repair needs the Python library ortools")
@@ -178,6 +212,13 @@ def repair(problem: Problem, home: dict[str, str],
         return time_limit - (time.perf_counter() - start)
 
     steps, idle = 0, 0
+    if (previous_home and len(home) < len(problem.vms) and left() > 1
+            and supported(problem) is None):
+        steps += 1
+        retargeted = _retarget(problem, home, targets, left() * RETARGET_SHARE,
+                               rng.randrange(1 << 16), workers)
+        if retargeted:  # every VM that had a home keeps it
+            home, targets = retargeted
     moved = _moved(home, previous_home or {})
     while left() > 0.1:
         complete = len(home) == len(problem.vms)

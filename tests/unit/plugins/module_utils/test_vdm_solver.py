@@ -428,3 +428,29 @@ def test_a_replan_the_repair_found_is_settled_for_fewer_moves(monkeypatch):
         break
     else:
         pytest.fail("the greedy search planned every re-plan: no repair was needed")
+
+
+def test_the_repairs_first_step_lays_the_spare_out_anew_and_keeps_every_home():
+    """Where the greedy search stopped on a nearly full cluster with X = 2, the step the
+    repair takes first on a re-plan holds every home the partial plan has and frees
+    every failover target:
+    no VM that had a home loses it or moves, and where the spare laid out anew leaves
+    room, the VMs without a home get one, in a plan the checker accepts."""
+    completed = []
+    for seed in SEEDS:
+        problem = problem_of(planted(seed, 6, x=2, fill=0.98, scale=SMALL))
+        try:
+            plan(problem, exact=False)
+            continue
+        except VdmInfeasible as err:
+            home, targets = vdm_planner._hints(err.partial)
+        done = vdm_repair._retarget(problem, home, targets, 10.0, seed, workers=1)
+        assert done is not None, seed
+        new_home, new_targets = done
+        assert {n: new_home.get(n) for n in home} == home, seed
+        if len(new_home) == len(problem.vms):
+            result = plan_of(_state_of(problem, vdm_solver.Outcome(
+                "plan", new_home, new_targets)), problem)
+            assert check(problem, as_vdm(result)) == [], seed
+            completed.append(seed)
+    assert completed, "the first step completed no partial plan"
