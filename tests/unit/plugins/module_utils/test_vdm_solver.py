@@ -439,11 +439,14 @@ def test_the_repairs_first_step_lays_the_spare_out_anew_and_keeps_every_home():
     completed = []
     for seed in SEEDS:
         problem = problem_of(planted(seed, 6, x=2, fill=0.98, scale=SMALL))
+        partial = None
         try:
             plan(problem, exact=False)
-            continue
         except VdmInfeasible as err:
-            home, targets = vdm_planner._hints(err.partial)
+            partial = err.partial
+        if partial is None:
+            continue  # the greedy search planned it
+        home, targets = vdm_planner._hints(partial)
         done = vdm_repair._retarget(problem, home, targets, 10.0, seed, workers=1)
         assert done is not None, seed
         new_home, new_targets = done
