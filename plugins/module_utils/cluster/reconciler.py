@@ -43,7 +43,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_o
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
     Memory, Policy)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
-    candidates, host_loads, make_room, take)
+    first_room, host_loads, take)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import (
     ACTIVE, FAILED, MIGRATING, RUNNING, STARTING)
 
@@ -268,13 +268,9 @@ def _recover(vm, entry, record, revision, reason, usable, free, preemptible, lab
     exclude = {h for h, dummy in tried} | (restarted_on or set())
     if record.get("state") in (RUNNING, STARTING):
         exclude.add(host)
-    mine = set(entry.get("anti_affinity", []))
-    for target in candidates(vm, entry, usable, free):
-        if target in exclude or mine & labels.get(target, set()):
-            continue
-        preempt = make_room(vm, target, free, preemptible, vms)
-        if preempt is None:
-            continue
+    room = first_room(vm, entry, usable, free, preemptible, labels, vms, exclude)
+    if room:
+        target, preempt = room
         return _step("relocate", vm, record, revision, host=host, to=target, preempt=preempt,
                      reason=f"{reason}: started on {target}" + (
                          f" (relocation {relocations + 1} of {policy.max_relocate})"

@@ -95,3 +95,18 @@ def candidates(vm: str, entry: dict[str, Any], usable: set[str], free) -> list[s
     others = sorted((h for h in usable if h not in ordered),
                     key=lambda h: (-free.get(h, {}).get("memory_mb", float("inf")), h))
     return [h for h in ordered + others if h in usable and h in allowed]
+
+
+def first_room(vm: str, entry: dict[str, Any], usable: set[str], free, preemptible,
+               labels: dict[str, set[str]], vms, exclude=()) -> tuple[str, list[str]] | None:
+    """The first host in `candidates` order, not in `exclude` and holding no VM that
+    shares an anti-affinity label with `vm`, where `vm` fits once preemptible VMs there
+    stop, and those VMs (make_room); None when there is none."""
+    mine = set(entry.get("anti_affinity", []))
+    for host in candidates(vm, entry, usable, free):
+        if host in exclude or mine & labels.get(host, set()):
+            continue
+        stop = make_room(vm, host, free, preemptible, vms)
+        if stop is not None:
+            return host, stop
+    return None

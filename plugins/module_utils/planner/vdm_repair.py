@@ -51,6 +51,16 @@ SETTLE_TRIES = 6
 RETARGET_SHARE = 0.75
 
 
+def _solver(time_limit: float, seed: int, workers: int | None):
+    """A CP-SAT solver for one step: `time_limit` seconds, `seed`, and `workers`
+    threads (by default one per core, at most eight)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.random_seed = seed
+    return solver
+
+
 def _fill(model: ExactModel) -> None:
     """Look for the plan that gives homes to the most memory of firm VMs, then
     keeps the most VMs where they were (`keep`), then gives homes to the most
@@ -142,10 +152,7 @@ def settle(problem: Problem, home: dict[str, str],
         for (c, h), v in model.home.items():
             if h not in window:
                 step.add(step.get_int_var_from_proto_index(v.index) == held[(c, h)])
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
-        solver.parameters.max_time_in_seconds = min(WINDOW_SECONDS, left())
-        solver.parameters.random_seed = rng.randrange(1 << 16)
+        solver = _solver(min(WINDOW_SECONDS, left()), rng.randrange(1 << 16), workers)
         if solver.solve(step) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             idle += 1
             continue
@@ -173,10 +180,7 @@ def _retarget(problem: Problem, home: dict[str, str],
         model.model.add(v >= held[(c, h)])
     hint(model, home, targets)
     _fill(model)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.random_seed = seed
+    solver = _solver(time_limit, seed, workers)
     if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return read(model, solver, home)
@@ -233,10 +237,7 @@ def repair(problem: Problem, home: dict[str, str],
         if previous_home:
             model.keep(previous_home)
         _fill(model)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
-        solver.parameters.max_time_in_seconds = min(WINDOW_SECONDS, left())
-        solver.parameters.random_seed = rng.randrange(1 << 16)
+        solver = _solver(min(WINDOW_SECONDS, left()), rng.randrange(1 << 16), workers)
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             idle += complete
             continue

@@ -24,7 +24,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_re
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_placement import (
-    candidates, host_loads, make_room, take)
+    first_room, host_loads, take)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
     VdmView, ha_view)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
@@ -70,7 +70,7 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         "targets": {}, "preempt": [], "down": [], "planned": True}
     requested = ClusterView(status).requested
     if not failover.get("planned", True):
-        failover = _best_effort_now(status, vdm, failed, unusable, requested)
+        failover = _best_effort_now(ClusterView(status), vdm, failed, unusable)
     start: list[dict[str, Any]] = []
     down: list[dict[str, Any]] = []
     settled: list[str] = []
@@ -139,15 +139,15 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     }
 
 
-def _best_effort_now(status: dict[str, Any], vdm: dict[str, Any], failed: list[str],
-                     unusable: list[str], requested: dict[str, str]) -> dict[str, Any]:
+def _best_effort_now(cluster_view: ClusterView, vdm: dict[str, Any], failed: list[str],
+                     unusable: list[str]) -> dict[str, Any]:
     """More hosts out than the map plans for: the failed hosts' HA VMs, highest
     priority first, each on the first host with room in the reconciler's order (home,
     its planned chain, then the roomiest), stopping preemptible VMs where that makes
     room; those that find none stay down. Room is counted from what runs on each host
     and what etcd records there now, as the reconciler counts it: the VDM's homes no
     longer say it once VMs of an earlier failure run on their targets."""
-    vms = ClusterView(status).vms
+    vms, requested = cluster_view.vms, cluster_view.requested
     sizes = ha_view(vdm)
     entries = sizes["vms"]
     observed = {"vdm": sizes, "records": {n: (vm.get("record") or {}, 0)
@@ -155,7 +155,7 @@ def _best_effort_now(status: dict[str, Any], vdm: dict[str, Any], failed: list[s
     free, preemptible, labels = host_loads(observed, {
         n: [h for h in vm.get("running_on") or [] if h not in failed]
         for n, vm in vms.items()})
-    usable = {h for h in ClusterView(status).hosts
+    usable = {h for h in cluster_view.hosts
               if h in sizes["hosts"] and h not in failed and h not in unusable}
     displaced = sorted(
         (n for n, vm in vms.items()
@@ -168,17 +168,14 @@ def _best_effort_now(status: dict[str, Any], vdm: dict[str, Any], failed: list[s
     preempt: list[str] = []
     down: list[str] = []
     for name in displaced:
-        mine = set(entries[name].get("anti_affinity", []))
-        for host in candidates(name, entries[name], usable, free):
-            stop = None if mine & labels.get(host, set()) else make_room(
-                name, host, free, preemptible, entries)
-            if stop is not None and take(name, host, free, preemptible, entries, stop):
-                targets[name] = host
-                preempt += stop
-                labels[host] = labels.get(host, set()) | mine
-                break
-        else:
+        room = first_room(name, entries[name], usable, free, preemptible, labels, entries)
+        if room is None:
             down.append(name)
+            continue
+        host, stop = room
+        take(name, host, free, preemptible, entries, stop)
+        targets[name], preempt = host, preempt + stop
+        labels[host] = labels.get(host, set()) | set(entries[name].get("anti_affinity", []))
     return {"failed": failure_set_key(set(failed + unusable)), "planned": False,
             "targets": targets, "preempt": preempt, "down": down}
 
