@@ -18,7 +18,8 @@ VMs outside it, cannot change; and with every home held, the VMs stay where they
 From scratch the windows alone do better: on planted 18-host clusters filled to 98 %
 with X = 2, the first step's three quarters of the time left one of ten unplanned.
 
-A re-plan's plan that moves many VMs from their current homes is settled (`settle`):
+A re-plan's plan that moves many VMs from their current homes is settled (`settle`,
+which also ends the repair of a re-plan where the exact model is not too large):
 each step frees the homes on a few hosts, those that moved VMs left and went to,
 and holds every other host's homes as they are, but leaves every HA VM's failover
 targets free, so the spare can be laid out anew around the VMs brought back. On a
@@ -202,9 +203,10 @@ def repair(problem: Problem, home: dict[str, str],
     With `previous_home`, once every VM has a home it goes on to move VMs back where
     they were, with windows drawn around the hosts moved VMs left and went to, in
     which every VM keeps a home: until none is moved, SETTLE_TRIES windows in a row
-    bring none back, or the time is up. On a re-plan, where the exact model is not too
-    large, its first step lays every failover target out anew around the homes the
-    plan has (`_retarget`), for up to RETARGET_SHARE of the time."""
+    bring none back, or the time is up. Where the exact model is not too large those
+    are the settle's windows (`settle`), which free every failover target too; and the
+    first step lays every failover target out anew around the homes the plan has
+    (`_retarget`), for up to RETARGET_SHARE of the time."""
     start = time.perf_counter()
     if cp_model is None:
         return Outcome("unsupported", reason="the repair needs the Python library ortools")
@@ -216,8 +218,8 @@ def repair(problem: Problem, home: dict[str, str],
         return time_limit - (time.perf_counter() - start)
 
     steps, idle = 0, 0
-    if (previous_home and len(home) < len(problem.vms) and left() > 1
-            and supported(problem) is None):
+    whole = previous_home and supported(problem) is None  # models over every host fit
+    if whole and len(home) < len(problem.vms) and left() > 1:
         steps += 1
         retargeted = _retarget(problem, home, targets, left() * RETARGET_SHARE,
                                rng.randrange(1 << 16), workers)
@@ -226,7 +228,7 @@ def repair(problem: Problem, home: dict[str, str],
     moved = _moved(home, previous_home or {})
     while left() > 0.1:
         complete = len(home) == len(problem.vms)
-        if complete and (not moved or idle >= SETTLE_TRIES):
+        if complete and (not moved or idle >= SETTLE_TRIES or whole):
             break
         steps += 1
         window = (Window(_settle_hosts(problem, home, moved, previous_home or {}, rng), home,
@@ -250,6 +252,11 @@ def repair(problem: Problem, home: dict[str, str],
             continue
         home, moved, idle = new_home, now_moved, 0
         targets = {n: t for n, t in targets.items() if n not in free} | placed_targets
+    if whole and moved and len(home) == len(problem.vms) and left() > 0.5:
+        # the targets free too: windows that hold them seldom bring a VM back
+        settled = settle(problem, home, targets, previous_home, left(),
+                         rng.randrange(1 << 16), workers)
+        home, targets = settled.home, settled.targets
     seconds = time.perf_counter() - start
     if len(home) == len(problem.vms):
         return Outcome("plan", home, targets, seconds=seconds)
