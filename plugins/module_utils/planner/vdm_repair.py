@@ -218,7 +218,7 @@ def repair(problem: Problem, home: dict[str, str],
         return time_limit - (time.perf_counter() - start)
 
     steps, idle = 0, 0
-    whole = previous_home and supported(problem) is None  # models over every host fit
+    whole = bool(previous_home) and supported(problem) is None  # models of every host fit
     if whole and len(home) < len(problem.vms) and left() > 1:
         steps += 1
         retargeted = _retarget(problem, home, targets, left() * RETARGET_SHARE,

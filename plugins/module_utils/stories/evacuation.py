@@ -53,7 +53,8 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
     if not view.planned:
         raise EvacuationError("no VDM: plan one with playbooks/plan.yml")
     failed = failed_hosts(status)
-    hosts = ClusterView(status).hosts
+    observed = ClusterView(status)
+    hosts = observed.hosts
     # No VM is started on a host in maintenance (drained or draining), still fenced
     # from an earlier failure, or cut off from Ceph: the plan for the larger set
     # avoids them.
@@ -64,13 +65,13 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         raise EvacuationError(f"{', '.join(unknown)}: not in the VDM; re-plan with the "
                               "current hypervisors")
     by_name = {item["name"]: item for item in items}
-    vms = ClusterView(status).vms
+    vms = observed.vms
     kinds = view.kinds()
     failover = view.failover_for(failed + unusable) if failed else {
         "targets": {}, "preempt": [], "down": [], "planned": True}
-    requested = ClusterView(status).requested
+    requested = observed.requested
     if not failover.get("planned", True):
-        failover = _best_effort_now(ClusterView(status), vdm, failed, unusable)
+        failover = _best_effort_now(observed, vdm, failed, unusable)
     start: list[dict[str, Any]] = []
     down: list[dict[str, Any]] = []
     settled: list[str] = []
