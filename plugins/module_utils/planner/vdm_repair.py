@@ -39,7 +39,8 @@ from collections import Counter
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_model import (
     SCALE, ExactModel, Window, cp_model, supported)
-from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import Problem
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
+    Problem, amount)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_solver import (
     Outcome, hint, read)
 
@@ -115,6 +116,17 @@ def _settle_hosts(problem: Problem, home: dict[str, str], moved: list[str],
     rest = sorted(set(problem.hosts) - window)
     window.update(rng.sample(rest, min(len(rest), max(0, WINDOW_HOSTS - len(window)))))
     return frozenset(window)
+
+
+def _unplaced(problem: Problem, home: dict[str, str], shown: int = 5) -> str:
+    """The VMs a partial plan leaves without a home, for the repair's answer: how many
+    of each kind, the memory they need, and the first `shown` by name."""
+    left = [problem.vms[n] for n in sorted(set(problem.vms) - set(home))]
+    kinds = Counter("HA" if vm.ha else "preemptible" if vm.preemptible else "plain"
+                    for vm in left)
+    names = [vm.name for vm in left[:shown]] + ["..."] * (len(left) > shown)
+    return (f"left without a home: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}"
+            f" ({amount(sum(vm.memory_mb for vm in left))} MB memory): {', '.join(names)}")
 
 
 def _moved(home: dict[str, str], previous_home: dict[str, str]) -> list[str]:
@@ -262,5 +274,6 @@ def repair(problem: Problem, home: dict[str, str],
         return Outcome("plan", home, targets, seconds=seconds)
     return Outcome("unknown", home, targets, seconds=seconds,
                    reason=f"the repair gave homes to {len(home)} of {len(problem.vms)} "
-                   f"VMs in {seconds:.1f} s ({steps} windows)" if steps
+                   f"VMs in {seconds:.1f} s ({steps} windows); {_unplaced(problem, home)}"
+                   if steps
                    else "no time was left for the repair")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -132,6 +133,25 @@ def test_on_a_replan_the_repair_moves_vms_back_where_they_were_and_loses_none(
         after = sum(repaired.home[n] != h for n, h in previous.items())
         assert after < before if too_large else after <= before // 4, (seed, before, after)
         assert check(problem, as_vdm(plan_of(_state_of(problem, repaired), problem))) == []
+
+
+def test_a_repair_out_of_time_says_which_vms_it_left_without_a_home():
+    """How many of each kind, the memory they need and the first five by name: what an
+    operator weighs against adding a host or a longer time limit."""
+    problem = problem_of(planted(0, 12, fill=0.98, scale=SMALL))
+    outcome = vdm_repair.repair(problem, {}, {}, 0.3, workers=1)
+    assert outcome.status == "unknown", outcome.reason
+    left = [problem.vms[n] for n in sorted(set(problem.vms) - set(outcome.home))]
+    told = re.search(r"; left without a home: (.+) \((\d+) MB memory\): (.+)$",
+                     outcome.reason)
+    assert told, outcome.reason
+    kinds = Counter({"HA": sum(vm.ha for vm in left),
+                     "plain": sum(not vm.ha and not vm.preemptible for vm in left),
+                     "preemptible": sum(vm.preemptible for vm in left)})
+    assert {kind: int(count) for count, kind in (
+        part.split(" ") for part in told.group(1).split(", "))} == +kinds
+    assert int(told.group(2)) == sum(vm.memory_mb for vm in left)
+    assert told.group(3).split(", ") == [vm.name for vm in left[:5]] + ["..."] * (len(left) > 5)
 
 
 def test_the_repair_keeps_anti_affinity_with_the_vms_it_holds_fixed():
