@@ -63,19 +63,26 @@ GROWN_WITHIN = 60
 
 
 def grow(client: EtcdClient, key: str) -> None:
-    """Rewrite `key` with a large value and wait until etcd's status counts it. etcd
-    commits its writes in batches every 100 ms and reports the sizes it read when its
-    last batch began, so a loop that writes faster than that overshoots the size it
-    aims at; small writes to another key bring the next batches on. Beside the lab, at
-    the lowest priority, a few seconds may pass between two requests: the wait is long."""
-    before = client.status()["db_size_in_use"]
+    """Rewrite `key` with a large value and wait until etcd's status has moved since.
+    etcd commits its writes in batches every 100 ms and reports the sizes it read when
+    its last batch began, so a loop that writes faster than that overshoots the size it
+    aims at; small writes to another key bring the next batches on. The size in use may
+    come back smaller than before the write: it counts the pages that a read still
+    held when it was taken, and a later batch frees them. Beside the lab, at the lowest
+    priority, a few seconds may pass between two requests: the wait is long."""
+    def sizes() -> tuple[int, int]:
+        status = client.status()
+        return status["db_size"], status["db_size_in_use"]
+
+    before = sizes()
     client.put(key, "x" * 100_000)
 
     def counted() -> bool:
         client.put("/scratch/tick", "x")
-        return client.status()["db_size_in_use"] > before
+        return sizes() != before
     assert wait_for(counted, GROWN_WITHIN), (
-        f"etcd's status still counts {before} bytes in use {GROWN_WITHIN} s after a write")
+        f"etcd's status still counts {before[1]} of {before[0]} bytes in use "
+        f"{GROWN_WITHIN} s after a write")
 
 
 def fill(client: EtcdClient, key: str) -> NoSpace:
