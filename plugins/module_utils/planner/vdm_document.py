@@ -41,7 +41,7 @@ def build(problem: Problem, plan: Plan, previous: dict[str, Any] | None) -> dict
         hosts[name] = entry
     vms = {}
     for name, vm in sorted(problem.vms.items()):
-        entry = {"kind": "ha" if vm.ha else "preemptible" if vm.preemptible else "plain",
+        entry = {"kind": vm.kind,
                  "priority": vm.priority,
                  **{r: amount(vm.demand(r)) for r in RESOURCES if vm.demand(r)}}
         if vm.anti_affinity:

@@ -61,11 +61,10 @@ def _place_all(state: PlanState, vms: list[Vm], homes: dict[str, str]) -> None:
         else:
             if any(_evict_for(state, vm, d, j) for j in homes_to_try[:_EVICTION_HOMES]):
                 continue
-            kind = "HA" if vm.ha else "preemptible" if vm.preemptible else "plain"
             sizes = ", ".join(f"{amount(vm.demand(r))} {UNIT_NAMES[r]}" for r in RESOURCES
                               if vm.demand(r))
             detail = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
-            raise VdmInfeasible(f"VM {vm.name} ({kind}, {sizes}) fits nowhere: {detail}; "
+            raise VdmInfeasible(f"VM {vm.name} ({vm.kind_label}, {sizes}) fits nowhere: {detail}; "
                                 + WHAT_HELPS)
 
 

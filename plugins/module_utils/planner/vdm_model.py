@@ -54,6 +54,16 @@ class Vm:
     def demand(self, resource: str) -> float:
         return getattr(self, resource)
 
+    @property
+    def kind(self) -> str:
+        """The VM's kind as the VDM document writes it: "ha", "preemptible" or "plain"."""
+        return "ha" if self.ha else "preemptible" if self.preemptible else "plain"
+
+    @property
+    def kind_label(self) -> str:
+        """The VM's kind as messages name it: "HA", "preemptible" or "plain"."""
+        return "HA" if self.ha else self.kind
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -122,8 +122,7 @@ def _unplaced(problem: Problem, home: dict[str, str], shown: int = 5) -> str:
     """The VMs a partial plan leaves without a home, for the repair's answer: how many
     of each kind, the memory they need, and the first `shown` by name."""
     left = [problem.vms[n] for n in sorted(set(problem.vms) - set(home))]
-    kinds = Counter("HA" if vm.ha else "preemptible" if vm.preemptible else "plain"
-                    for vm in left)
+    kinds = Counter(vm.kind_label for vm in left)
     names = [vm.name for vm in left[:shown]] + ["..."] * (len(left) > shown)
     return (f"left without a home: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}"
             f" ({amount(sum(vm.memory_mb for vm in left))} MB memory): {', '.join(names)}")
