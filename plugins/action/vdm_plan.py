@@ -49,7 +49,9 @@ HEADER = ("# Written by yasco.cluster.vdm_plan (playbooks/plan.yml): re-plan rat
           "# edit it; the evacuation and provisioning playbooks read it as it is.\n")
 # The message's note on a plan the greedy search did not find.
 _FOUND_BY = {"exact": " (found by the exact search)",
-             "repair": " (found by repairing the greedy plan a few hosts at a time)"}
+             "repair": " (found by repairing the greedy plan a few hosts at a time)",
+             "afresh": " (planned afresh: no plan that keeps more VMs at home was found "
+                       "in the time limit)"}
 
 
 def _native(value):

@@ -47,6 +47,9 @@ options:
   keep_homes:
     description:
       - Keep each VM's home from the current map unless it must move.
+      - When no plan that keeps them is found in the first three quarters of
+        O(time_limit), the map is planned afresh for the rest of it, and VMs of one
+        size and kind trade places so that the most stay at home (RV(method) V(afresh)).
       - With V(false) the map is planned afresh, which may move many VMs.
     type: bool
     default: true
@@ -179,8 +182,10 @@ answer:
   sample: plan
 method:
   description:
-    - The search that found the plan, V(greedy), V(exact), or V(repair) (the exact
-      search over a few hosts at a time, from where the greedy search stopped).
+    - The search that found the plan, V(greedy), V(exact), V(repair) (the exact
+      search over a few hosts at a time, from where the greedy search stopped), or
+      V(afresh) (a re-plan for which no plan that keeps the current homes was found in
+      time, planned afresh; O(keep_homes) says how).
   returned: changed
   type: str
   sample: greedy

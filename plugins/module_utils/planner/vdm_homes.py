@@ -168,7 +168,7 @@ def first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, s
         for vms in (kept + new, order, new + kept):
             attempts += [(pack, vms, previous_home) for pack in (False, True)]
     attempts += [(pack, order, {}) for pack in (False, True)]
-    failure, furthest = None, None
+    failure, furthest, afresh = None, None, None
 
     def progress(state: PlanState) -> int:  # VMs placed, less those it moved
         return len(state.home) - moves(state, previous_home)
@@ -182,9 +182,11 @@ def first_feasible(problem: Problem, order: list[Vm], previous_home: dict[str, s
             failure = failure or err
             if furthest is None or progress(state) > progress(furthest):
                 furthest = state
+            if not homes and (afresh is None or len(state.home) > len(afresh.home)):
+                afresh = state
     # Where the attempt that got furthest put its VMs: the exact search and the repair
-    # start there.
-    failure.partial = furthest
+    # start there; and where the furthest of those that planned afresh did.
+    failure.partial, failure.partial_afresh = furthest, afresh
     raise failure
 
 

@@ -48,8 +48,10 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model im
 # A re-plan that moves more than this share of the VMs is settled (vdm_repair.settle).
 _STABLE_SHARE = vdm_solver.STABLE_SHARE
 # Where the greedy search fails, the share of the time limit in which the exact search
-# must find a first plan before the repair takes over.
+# must find a first plan before the repair takes over; and on a re-plan, the share
+# kept for planning afresh when the repair finds no plan that keeps the homes.
 _EXACT_SHARE = 0.25
+_AFRESH_SHARE = 0.25
 
 
 def _demand_on_survivors(problem: Problem):
@@ -115,8 +117,11 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     (vdm_solver) takes up to `time_limit` seconds. Three answers: a Plan; VdmInfeasible
     when no plan exists, with the proof (a failure set and resource whose demand
     exceeds what survives, or the exact search's); VdmNotFound when neither found a
-    plan nor proved there is none. A re-plan whose plan moves more than 5 % of the
-    VMs from their current homes is then settled for what is left of `time_limit`
+    plan nor proved there is none. A re-plan for which no plan that keeps the current
+    homes is found in three quarters of `time_limit` is planned afresh for the rest
+    (method "afresh"). A re-plan's plan that moves VMs has VMs of one shape trade
+    places so that the most stay home (vdm_repair.relabel); one that still moves
+    more than 5 % of the VMs is then settled for what is left of `time_limit`
     (vdm_repair.settle), which moves VMs back a few hosts at a time.
 
     With `objective` "preemptions" the exact search, started from the greedy plan, then
@@ -147,6 +152,8 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     else:
         if exact and preemptions:
             state, method = _improved(problem, previous_home, time_limit, state)
+    if moves(state, previous_home):
+        state = _relabelled(problem, state, previous_home)
     if (exact and not preemptions
             and moves(state, previous_home) > _STABLE_SHARE * len(previous_home)):
         state = _settled(problem, previous_home, state,
@@ -205,16 +212,27 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
         raise VdmInfeasible(f"{greedy_said}; {exact.reason}; {WHAT_HELPS}")
     if exact.status == "plan":
         return _state_of(problem, exact), "exact"
-    repaired = vdm_repair.repair(problem, hint_home, hint_targets,
-                                 time_limit - (time.perf_counter() - start), previous_home)
+    left = time_limit - (time.perf_counter() - start)
+    repaired = vdm_repair.repair(problem, hint_home, hint_targets, left, previous_home,
+                                 find_within=left - time_limit * _AFRESH_SHARE
+                                 if previous_home else None)
     if repaired.status == "plan":
         return _state_of(problem, repaired), "repair"
-    # A re-plan starts from the current homes, which a plan from scratch need not keep.
-    afresh = ("; or plan afresh, which may move many VMs (yasco_keep_homes=false, "
-              "the module's keep_homes: false)" if previous_home else "")
+    afresh_said, suggest = "", ""
+    if previous_home:  # the last resort of a re-plan: plan afresh, keep what homes it can
+        afresh = vdm_repair.repair(problem, *_hints(getattr(greedy, "partial_afresh", None)),
+                                   time_limit - (time.perf_counter() - start),
+                                   previous_home, retarget=False)
+        if afresh.status == "plan":
+            relabelled = vdm_repair.relabel(problem, afresh.home, afresh.targets,
+                                            previous_home)
+            return _state_of(problem, vdm_solver.Outcome("plan", *relabelled)), "afresh"
+        afresh_said = f"; planned afresh, {afresh.reason}"
+        suggest = ("; or plan afresh for the whole time limit, which may move many VMs "
+                   "(yasco_keep_homes=false, the module's keep_homes: false)")
     raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
                       f"the exact search did not settle it ({exact.reason}); "
-                      f"{repaired.reason}; {_likeliest_fix(problem)}{afresh}")
+                      f"{repaired.reason}{afresh_said}; {_likeliest_fix(problem)}{suggest}")
 
 
 def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float,
@@ -239,6 +257,16 @@ def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float
     if cost(solved) < cost(state):
         return solved, "exact"
     return state, "greedy"
+
+
+def _relabelled(problem: Problem, state: PlanState, previous_home: dict[str, str]
+                ) -> PlanState:
+    """The plan with VMs of one shape trading places so that the most stay at their
+    current homes (vdm_repair.relabel); as it is when that moves no fewer."""
+    relabelled = _state_of(problem, vdm_solver.Outcome(
+        "plan", *vdm_repair.relabel(problem, *_hints(state), previous_home)))
+    fewer = moves(relabelled, previous_home) < moves(state, previous_home)
+    return relabelled if fewer else state
 
 
 def _settled(problem: Problem, previous_home: dict[str, str], state: PlanState,

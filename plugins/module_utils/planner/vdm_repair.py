@@ -38,7 +38,7 @@ import time
 from collections import Counter
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_model import (
-    SCALE, ExactModel, Window, cp_model, supported)
+    SCALE, ExactModel, Shape, Window, cp_model, supported)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     Problem, amount)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_solver import (
@@ -128,6 +128,36 @@ def _unplaced(problem: Problem, home: dict[str, str], shown: int = 5) -> str:
             f" ({amount(sum(vm.memory_mb for vm in left))} MB memory): {', '.join(names)}")
 
 
+def relabel(problem: Problem, home: dict[str, str],
+            targets: dict[str, dict[frozenset[str], str]], previous_home: dict[str, str]
+            ) -> tuple[dict[str, str], dict[str, dict[frozenset[str], str]]]:
+    """The plan `home` and `targets` with VMs of one shape trading places, each taking
+    another's home and failover targets together, so that the most VMs are at home
+    where `previous_home` has them: VMs of one shape need and may use the same, so the
+    plan holds as it did. On each host a shape keeps min(VMs there before, places
+    there), the most any relabelling can."""
+    places: dict[Shape, list[str]] = {}
+    for name in sorted(home):
+        places.setdefault(Shape.of(problem.vms[name]), []).append(name)
+    new_home, new_targets = {}, {}
+    for names in places.values():
+        free: dict[str, list[str]] = {}  # host -> the names whose place there is free
+        for name in names:
+            free.setdefault(home[name], []).append(name)
+        taken, waiting = {}, []
+        for name in names:
+            if free.get(previous_home.get(name)):
+                taken[name] = free[previous_home[name]].pop()
+            else:
+                waiting.append(name)
+        taken.update(zip(waiting, [place for h in sorted(free) for place in free[h]]))
+        for name, place in taken.items():
+            new_home[name] = home[place]
+            if place in targets:
+                new_targets[name] = targets[place]
+    return new_home, new_targets
+
+
 def _moved(home: dict[str, str], previous_home: dict[str, str]) -> list[str]:
     return sorted(n for n, h in previous_home.items() if n in home and home[n] != h)
 
@@ -201,23 +231,25 @@ def _retarget(problem: Problem, home: dict[str, str],
 def repair(problem: Problem, home: dict[str, str],
            targets: dict[str, dict[frozenset[str], str]], time_limit: float,
            previous_home: dict[str, str] | None = None, seed: int = 0,
-           workers: int | None = None) -> Outcome:
+           workers: int | None = None, find_within: float | None = None,
+           retarget: bool = True) -> Outcome:
     """Complete the partial plan `home` and `targets` (where the greedy search stopped)
-    within `time_limit` seconds: a large-neighbourhood search. Each step frees the VMs
-    at home on a few hosts (`_window_hosts`) and the VMs without a home that may go
-    there, holds the rest of the plan fixed as load, and solves that window exactly,
-    giving homes to as much memory of firm VMs as it can, then leaving VMs at
-    `previous_home` where it can, then giving homes to preemptible VMs; firm VMs that
-    had a home keep one. It stops when every VM has a home ("plan") or
-    the time is up ("unknown", with the VMs it placed); it proves nothing.
+    within `time_limit` seconds (`find_within`, when given, to find one): a
+    large-neighbourhood search. Each step frees the VMs at home on a few hosts
+    (`_window_hosts`) and the VMs without a home that may go there, holds the rest of
+    the plan fixed as load, and solves that window exactly, giving homes to as much
+    memory of firm VMs as it can, then leaving VMs at `previous_home` where it can,
+    then giving homes to preemptible VMs; firm VMs that had a home keep one. It stops
+    when every VM has a home ("plan") or the time to find one is up ("unknown", with
+    the VMs it placed); it proves nothing.
 
     With `previous_home`, once every VM has a home it goes on to move VMs back where
     they were, with windows drawn around the hosts moved VMs left and went to, in
     which every VM keeps a home: until none is moved, SETTLE_TRIES windows in a row
     bring none back, or the time is up. Where the exact model is not too large those
-    are the settle's windows (`settle`), which free every failover target too; and the
-    first step lays every failover target out anew around the homes the plan has
-    (`_retarget`), for up to RETARGET_SHARE of the time."""
+    are the settle's windows (`settle`), which free every failover target too; and,
+    with `retarget`, the first step lays every failover target out anew around the
+    homes the plan has (`_retarget`), for up to RETARGET_SHARE of the time."""
     start = time.perf_counter()
     if cp_model is None:
         return Outcome("unsupported", reason="the repair needs the Python library ortools")
@@ -225,21 +257,24 @@ def repair(problem: Problem, home: dict[str, str],
     home = {n: h for n, h in home.items() if n in problem.vms}
     targets = {n: dict(t) for n, t in targets.items() if n in home}
 
-    def left() -> float:
-        return time_limit - (time.perf_counter() - start)
+    def left(complete: bool = True) -> float:  # to settle a plan, or to find one
+        until = time_limit if complete or find_within is None else min(time_limit,
+                                                                       find_within)
+        return until - (time.perf_counter() - start)
 
     steps, idle = 0, 0
     whole = bool(previous_home) and supported(problem) is None  # models of every host fit
-    if whole and len(home) < len(problem.vms) and left() > 1:
+    if retarget and whole and len(home) < len(problem.vms) and left(False) > 1:
         steps += 1
-        retargeted = _retarget(problem, home, targets, left() * RETARGET_SHARE,
+        retargeted = _retarget(problem, home, targets, left(False) * RETARGET_SHARE,
                                rng.randrange(1 << 16), workers)
         if retargeted:  # every VM that had a home keeps it
             home, targets = retargeted
     moved = _moved(home, previous_home or {})
     while left() > 0.1:
         complete = len(home) == len(problem.vms)
-        if complete and (not moved or idle >= SETTLE_TRIES or whole):
+        if (complete and (not moved or idle >= SETTLE_TRIES or whole)
+                or left(complete) <= 0.1):
             break
         steps += 1
         window = (Window(_settle_hosts(problem, home, moved, previous_home or {}, rng), home,
@@ -250,7 +285,8 @@ def repair(problem: Problem, home: dict[str, str],
         if previous_home:
             model.keep(previous_home)
         _fill(model)
-        solver = _solver(min(WINDOW_SECONDS, left()), rng.randrange(1 << 16), workers)
+        solver = _solver(min(WINDOW_SECONDS, left(complete)), rng.randrange(1 << 16),
+                         workers)
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             idle += complete
             continue
