@@ -162,7 +162,8 @@ class ActionModule(ActionBase):
                            previous_failover=(previous or {}).get("failover") if keep else None,
                            rebalance_moves=args["rebalance_moves"],
                            time_limit=args["time_limit"],
-                           objective=str(args["objective"]))  # untagged, for YAML
+                           objective=str(args["objective"]),  # untagged, for YAML
+                           current_home=(previous or {}).get("home"))
         except VdmInfeasible as err:
             result.update(failed=True, answer="infeasible", msg=f"no VDM can be planned: {err}")
             return result

@@ -50,7 +50,8 @@ options:
       - When no plan that keeps them is found in the first three quarters of
         O(time_limit), the map is planned afresh for the rest of it, and VMs of one
         size and kind trade places so that the most stay at home (RV(method) V(afresh)).
-      - With V(false) the map is planned afresh, which may move many VMs.
+      - With V(false) the map is planned afresh, which may move many VMs; VMs of one
+        size and kind then trade places so that the most stay at home.
     type: bool
     default: true
   rebalance_moves:

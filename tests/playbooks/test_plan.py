@@ -167,6 +167,30 @@ def test_a_search_out_of_time_says_not_found_and_leaves_the_current_map(tmp_path
     assert vdm_file(inv).read_bytes() == before
 
 
+def test_a_plan_afresh_leaves_vms_where_they_are_that_another_of_their_size_may_take(
+        tmp_path):
+    """Two HA VMs of one size trade homes in the map on file, which no longer holds
+    (neither has a failover target for its new home's failure); planned afresh (the
+    same plan as before), each takes the place the other had in it, failover targets
+    and all, so neither moves."""
+    cluster = planted(1, 8, 1, fill=0.9, scale=0.25)
+    inv = inventory(tmp_path, cluster.vms, cluster.hostvars,
+                    **{k: v for k, v in cluster.settings.items() if k != "yasco_vms"})
+    assert run_plan(inv)[0] == 0
+    document = yaml.safe_load(vdm_file(inv).read_text())
+    home = document["yasco_vdm"]["home"]
+    ha = sorted(n for n, vm in cluster.vms.items() if vm.get("ha")
+                and not vm.get("anti_affinity"))
+    a, b = next((a, b) for a in ha for b in ha
+                if cluster.vms[a] == cluster.vms[b] and home[a] != home[b])
+    home[a], home[b] = home[b], home[a]
+    vdm_file(inv).write_text(yaml.safe_dump(document))
+    rc, task = run_plan(inv, "-e", "yasco_keep_homes=false")
+    assert rc == 0 and task["changed"] is True, task
+    assert task["moved"] == [], task["moved"]
+    assert written(inv)["home"] == home
+
+
 def test_the_preemptions_objective_writes_a_map_that_stops_fewer_and_is_then_current(
         tmp_path):
     cluster = planted(3, 4, fill=0.95, scale=0.25)

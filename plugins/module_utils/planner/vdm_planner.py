@@ -105,13 +105,15 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
          rebalance_moves: int = 0,
          previous_failover: dict[str, dict[str, str]] | None = None,
          time_limit: float = 60.0, exact: bool = True,
-         objective: str = DEFAULT_OBJECTIVE) -> Plan:
+         objective: str = DEFAULT_OBJECTIVE,
+         current_home: dict[str, str] | None = None) -> Plan:
     """Plan a VDM for `problem`.
 
     With `previous_home` (the home map of the current VDM) VMs keep their homes unless
     they must move, and with `previous_failover` (its failover map) their failover
     targets where they still fit; up to `rebalance_moves` more may move to even out
-    the hosts.
+    the hosts. Without them the plan is made afresh; with `current_home` (the current
+    map's homes, not kept) VMs of one shape then trade places so that the most stay.
 
     The greedy search runs first; when it fails and `exact` is set, the exact search
     (vdm_solver) takes up to `time_limit` seconds. Three answers: a Plan; VdmInfeasible
@@ -152,8 +154,10 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     else:
         if exact and preemptions:
             state, method = _improved(problem, previous_home, time_limit, state)
-    if moves(state, previous_home):
-        state = _relabelled(problem, state, previous_home)
+    homes = previous_home or {n: h for n, h in (current_home or {}).items()
+                              if n in problem.vms}
+    if moves(state, homes):
+        state = _relabelled(problem, state, homes)
     if (exact and not preemptions
             and moves(state, previous_home) > _STABLE_SHARE * len(previous_home)):
         state = _settled(problem, previous_home, state,

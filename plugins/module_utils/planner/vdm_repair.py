@@ -2,7 +2,8 @@
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Large-neighbourhood searches with the exact model: the repair of a partial VDM
-plan, and the settling of a re-plan that moved many VMs.
+plan, and the settling of a re-plan that moved many VMs; and the renaming of a plan's
+VMs of one shape so that the most stay at home.
 
 The exact model (vdm_exact_model) also repairs a partial plan where the exact search
 is too slow or its model too large (`repair`): a large-neighbourhood search that frees
@@ -26,6 +27,12 @@ targets free, so the spare can be laid out anew around the VMs brought back. On 
 cluster that tolerates two failures and is nearly full, a window with the targets
 held fixed can seldom bring a VM back: where it goes, every failure set that takes
 its home must find it room.
+
+A plan found afresh, that need not keep the current homes, first has its VMs renamed
+(`relabel`): VMs of one shape need and may use the same, so any of them may take
+another's place, home and failover targets together. On a re-plan the repair
+planned afresh, on the planted 18-host clusters above moved about 91 % of the VMs
+by name, and a third after the renaming.
 
 Pure Python and OR-Tools, no I/O and no Ansible.
 """
@@ -135,17 +142,22 @@ def relabel(problem: Problem, home: dict[str, str],
     another's home and failover targets together, so that the most VMs are at home
     where `previous_home` has them: VMs of one shape need and may use the same, so the
     plan holds as it did. On each host a shape keeps min(VMs there before, places
-    there), the most any relabelling can."""
+    there), the most any relabelling can; a VM already at home keeps its own place,
+    failover targets and all."""
     places: dict[Shape, list[str]] = {}
     for name in sorted(home):
         places.setdefault(Shape.of(problem.vms[name]), []).append(name)
     new_home, new_targets = {}, {}
     for names in places.values():
+        taken = {n: n for n in names if home[n] == previous_home.get(n)}
         free: dict[str, list[str]] = {}  # host -> the names whose place there is free
         for name in names:
-            free.setdefault(home[name], []).append(name)
-        taken, waiting = {}, []
+            if name not in taken:
+                free.setdefault(home[name], []).append(name)
+        waiting = []
         for name in names:
+            if name in taken:
+                continue
             if free.get(previous_home.get(name)):
                 taken[name] = free[previous_home[name]].pop()
             else:

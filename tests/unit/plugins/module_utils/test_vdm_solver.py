@@ -265,7 +265,7 @@ def test_relabelling_a_plan_keeps_it_valid_and_the_most_vms_at_home():
     """VMs of one shape trade places, home and failover targets together: the plan is
     the same plan under other names, the checker accepts it, and on every host each
     shape keeps at home as many VMs as were there before and the plan has room for,
-    the most any renaming can."""
+    the most any renaming can; a VM already at home keeps its failover targets."""
     for seed in range(3):
         problem = problem_of(planted(seed, 6, x=2, fill=0.9, scale=SMALL))
         found = vdm_solver.solve(problem, 20, workers=1)
@@ -286,6 +286,8 @@ def test_relabelling_a_plan_keeps_it_valid_and_the_most_vms_at_home():
         stay = sum(home[n] == h for n, h in previous.items())
         assert stay == sum(min(count, room[key]) for key, count in had.items()), seed
         assert stay > sum(found.home[n] == h for n, h in previous.items()), seed
+        assert all(home[n] == h and targets.get(n) == found.targets.get(n)
+                   for n, h in previous.items() if found.home[n] == h), seed
         result = plan_of(_state_of(problem, vdm_solver.Outcome("plan", home, targets)),
                          problem)
         assert check(problem, as_vdm(result)) == [], seed
@@ -548,3 +550,28 @@ def test_the_repairs_first_step_lays_the_spare_out_anew_and_keeps_every_home():
             assert check(problem, as_vdm(result)) == [], seed
             completed.append(seed)
     assert completed, "the first step completed no partial plan"
+
+
+def test_a_plan_afresh_names_vms_after_their_current_homes():
+    """keep_homes: false plans afresh; with the current homes given, VMs of one shape
+    trade places in that plan so that the most stay where they are: the same plan
+    (as many VMs of each shape on every host), under names that move fewer VMs."""
+    instance = planted(1, 8, 1, fill=0.9, scale=SMALL)
+    problem = problem_of(instance)
+    current = instance.vdm["home"]
+    afresh = plan(problem)
+    renamed = plan(problem, current_home=current)
+    assert afresh.method == renamed.method == "greedy"  # the same search, the same plan
+
+    def moved(result) -> int:
+        return sum(result.home[n] != h for n, h in current.items())
+
+    def places(result) -> Counter:
+        return Counter((Shape.of(problem.vms[n]), h) for n, h in result.home.items())
+
+    assert places(renamed) == places(afresh)
+    had = Counter((Shape.of(problem.vms[n]), h) for n, h in current.items())
+    most = sum(min(count, places(afresh)[key]) for key, count in had.items())
+    assert moved(renamed) == len(current) - most < moved(afresh), (
+        moved(renamed), moved(afresh))
+    assert check(problem, as_vdm(renamed)) == []
