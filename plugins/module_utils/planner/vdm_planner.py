@@ -227,10 +227,8 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
         afresh = vdm_repair.repair(problem, *_hints(getattr(greedy, "partial_afresh", None)),
                                    time_limit - (time.perf_counter() - start),
                                    previous_home, retarget=False)
-        if afresh.status == "plan":
-            relabelled = vdm_repair.relabel(problem, afresh.home, afresh.targets,
-                                            previous_home)
-            return _state_of(problem, vdm_solver.Outcome("plan", *relabelled)), "afresh"
+        if afresh.status == "plan":  # plan() then renames it after the current homes
+            return _state_of(problem, afresh), "afresh"
         afresh_said = f"; planned afresh, {afresh.reason}"
         suggest = ("; or plan afresh for the whole time limit, which may move many VMs "
                    "(yasco_keep_homes=false, the module's keep_homes: false)")
