@@ -287,9 +287,9 @@ def run_planted(quick: bool, only: str = "") -> None:
                 shares = [share for share, dummy in replans]
                 moved = (f"{statistics.median(shares):.1f}% / {max(shares):.1f}%"
                          if shares else "-")
-                afresh = sum(how == "afresh" for dummy, how in replans)
-                if afresh:
-                    moved += f", {afresh} afresh"
+                for how in ("binding", "afresh"):
+                    if sum(by == how for dummy, by in replans):
+                        moved += f", {sum(by == how for dummy, by in replans)} {how}"
                 if "not found" in grown:
                     moved += f", {grown.count('not found')} not found"
             rows.append([family, hosts, int(vms), name, f"{solved}/{count}",

@@ -50,6 +50,7 @@ HEADER = ("# Written by yasco.cluster.vdm_plan (playbooks/plan.yml): re-plan rat
 # The message's note on a plan the greedy search did not find.
 _FOUND_BY = {"exact": " (found by the exact search)",
              "repair": " (found by repairing the greedy plan a few hosts at a time)",
+             "binding": " (found by the exact search over the failure sets that bind)",
              "afresh": " (planned afresh: no plan that keeps more VMs at home was found "
                        "in the time limit)"}
 

@@ -184,7 +184,9 @@ answer:
 method:
   description:
     - The search that found the plan, V(greedy), V(exact), V(repair) (the exact
-      search over a few hosts at a time, from where the greedy search stopped), or
+      search over a few hosts at a time, from where the greedy search stopped),
+      V(binding) (a re-plan of a cluster that tolerates two failures or more, by the
+      exact search over the failure sets that bind, the others added as they fail), or
       V(afresh) (a re-plan for which no plan that keeps the current homes was found in
       time, planned afresh; O(keep_homes) says how).
   returned: changed

@@ -112,6 +112,12 @@ def _nested_in_chains(inside: dict[tuple[frozenset[str], str], list[frozenset[st
     return all(a < b for subsets in inside.values() for a, b in zip(subsets, subsets[1:]))
 
 
+def counts_shapes(problem: Problem) -> bool:
+    """Whether the model counts the VMs of one shape (the failure sets that nest form
+    chains), rather than stating each HA VM alone."""
+    return _nested_in_chains(_inside(problem))
+
+
 def supported(problem: Problem) -> str | None:
     """Why the exact search cannot take `problem` (None when it can)."""
     if cp_model is None:

@@ -5,7 +5,9 @@
 
 Each HA VM's failover targets form a chain (vdm_chains says why); the greedy search
 (vdm_homes) places the VMs one by one, each with its chain, and the exact search
-(vdm_solver) and its repair (vdm_repair) take over where it fails. This module checks
+(vdm_solver) and its repair (vdm_repair) take over where it fails; on a re-plan of a
+cluster that tolerates two failures or more, the exact search over the failure sets
+that bind (vdm_lazy). This module checks
 first that capacity alone can cover every failure set, then chooses between the
 searches, and says why when none of them found a plan.
 
@@ -36,7 +38,7 @@ except ImportError:  # reported by the caller through missing_required_lib
     np = None
 
 from ansible_collections.yasco.cluster.plugins.module_utils.planner import (
-    vdm_exact_model, vdm_repair, vdm_solver)
+    vdm_exact_model, vdm_lazy, vdm_repair, vdm_solver)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_chains import (
     PlanState, plan_of)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_homes import (
@@ -119,7 +121,10 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     (vdm_solver) takes up to `time_limit` seconds. Three answers: a Plan; VdmInfeasible
     when no plan exists, with the proof (a failure set and resource whose demand
     exceeds what survives, or the exact search's); VdmNotFound when neither found a
-    plan nor proved there is none. A re-plan for which no plan that keeps the current
+    plan nor proved there is none. A re-plan whose failure sets hold one another (X = 2
+    or more) goes to the exact search over the failure sets that bind (vdm_lazy,
+    method "binding") instead of the exact search and the repair, unless asked for
+    fewest preemptions. A re-plan for which no plan that keeps the current
     homes is found in three quarters of `time_limit` is planned afresh for the rest
     (method "afresh"). A re-plan's plan that moves VMs has VMs of one shape trade
     places so that the most stay home (vdm_repair.relabel); one that still moves
@@ -205,23 +210,33 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
     has found no plan in a share of it. The repair then completes the greedy partial
     plan window by window for the rest of the time (vdm_repair.repair): on a cluster
     too large or too full for the exact model it often finds a plan, but never proves
-    there is none. Raises VdmInfeasible with the exact search's proof, or VdmNotFound."""
+    there is none. A re-plan whose failure sets hold one another, not asked for fewest
+    preemptions, goes instead to the exact search over the failure sets that bind
+    (vdm_lazy) for three quarters of `time_limit`. Raises VdmInfeasible with the exact
+    search's proof, or VdmNotFound."""
     start = time.perf_counter()
     hint_home, hint_targets = _hints(getattr(greedy, "partial", None))
-    exact = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
-                             hint_home=hint_home, hint_targets=hint_targets,
-                             preemptions=preemptions, find_within=time_limit * _EXACT_SHARE)
     greedy_said = str(greedy).split("; " + WHAT_HELPS, maxsplit=1)[0]
-    if exact.status == "infeasible":
-        raise VdmInfeasible(f"{greedy_said}; {exact.reason}; {WHAT_HELPS}")
-    if exact.status == "plan":
-        return _state_of(problem, exact), "exact"
-    left = time_limit - (time.perf_counter() - start)
-    repaired = vdm_repair.repair(problem, hint_home, hint_targets, left, previous_home,
-                                 find_within=left - time_limit * _AFRESH_SHARE
-                                 if previous_home else None)
-    if repaired.status == "plan":
-        return _state_of(problem, repaired), "repair"
+    if previous_home and not preemptions and vdm_lazy.applies(problem):
+        found = vdm_lazy.solve(problem, previous_home, hint_home, hint_targets,
+                               time_limit * (1 - _AFRESH_SHARE))
+        method, said = "binding", found.reason
+    else:
+        found = vdm_solver.solve(problem, time_limit, previous_home=previous_home,
+                                 hint_home=hint_home, hint_targets=hint_targets,
+                                 preemptions=preemptions,
+                                 find_within=time_limit * _EXACT_SHARE)
+        method, said = "exact", f"the exact search did not settle it ({found.reason})"
+        if found.status not in ("plan", "infeasible"):
+            left = time_limit - (time.perf_counter() - start)
+            found = vdm_repair.repair(problem, hint_home, hint_targets, left, previous_home,
+                                      find_within=left - time_limit * _AFRESH_SHARE
+                                      if previous_home else None)
+            method, said = "repair", f"{said}; {found.reason}"
+    if found.status == "infeasible":
+        raise VdmInfeasible(f"{greedy_said}; {found.reason}; {WHAT_HELPS}")
+    if found.status == "plan":
+        return _state_of(problem, found), method
     afresh_said, suggest = "", ""
     if previous_home:  # the last resort of a re-plan: plan afresh, keep what homes it can
         afresh = vdm_repair.repair(problem, *_hints(getattr(greedy, "partial_afresh", None)),
@@ -233,8 +248,7 @@ def _solved(problem: Problem, previous_home: dict[str, str], time_limit: float,
         suggest = ("; or plan afresh for the whole time limit, which may move many VMs "
                    "(yasco_keep_homes=false, the module's keep_homes: false)")
     raise VdmNotFound(f"no plan found: the greedy search stopped at {greedy_said}; "
-                      f"the exact search did not settle it ({exact.reason}); "
-                      f"{repaired.reason}{afresh_said}; {_likeliest_fix(problem)}{suggest}")
+                      f"{said}{afresh_said}; {_likeliest_fix(problem)}{suggest}")
 
 
 def _improved(problem: Problem, previous_home: dict[str, str], time_limit: float,

@@ -39,7 +39,6 @@ Pure Python and OR-Tools, no I/O and no Ansible.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections import Counter
@@ -49,7 +48,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_mo
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     Problem, amount)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_solver import (
-    Outcome, hint, read)
+    Outcome, cp_solver, hint, read)
 
 # The repair's windows: how many hosts each frees, and how long each may search; and
 # how many windows in a row may bring no moved VM back before it stops trying.
@@ -58,16 +57,6 @@ WINDOW_SECONDS = 5.0
 SETTLE_TRIES = 6
 # The share of the repair's time its first step, over every host, may take.
 RETARGET_SHARE = 0.75
-
-
-def _solver(time_limit: float, seed: int, workers: int | None):
-    """A CP-SAT solver for one step: `time_limit` seconds, `seed`, and `workers`
-    threads (by default one per core, at most eight)."""
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
-    solver.parameters.max_time_in_seconds = time_limit
-    solver.parameters.random_seed = seed
-    return solver
 
 
 def _fill(model: ExactModel) -> None:
@@ -206,7 +195,7 @@ def settle(problem: Problem, home: dict[str, str],
         for (c, h), v in model.home.items():
             if h not in window:
                 step.add(step.get_int_var_from_proto_index(v.index) == held[(c, h)])
-        solver = _solver(min(WINDOW_SECONDS, left()), rng.randrange(1 << 16), workers)
+        solver = cp_solver(min(WINDOW_SECONDS, left()), rng.randrange(1 << 16), workers)
         if solver.solve(step) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             idle += 1
             continue
@@ -234,7 +223,7 @@ def _retarget(problem: Problem, home: dict[str, str],
         model.model.add(v >= held[(c, h)])
     hint(model, home, targets)
     _fill(model)
-    solver = _solver(time_limit, seed, workers)
+    solver = cp_solver(time_limit, seed, workers)
     if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return read(model, solver, home)
@@ -297,8 +286,8 @@ def repair(problem: Problem, home: dict[str, str],
         if previous_home:
             model.keep(previous_home)
         _fill(model)
-        solver = _solver(min(WINDOW_SECONDS, left(complete)), rng.randrange(1 << 16),
-                         workers)
+        solver = cp_solver(min(WINDOW_SECONDS, left(complete)), rng.randrange(1 << 16),
+                           workers)
         if solver.solve(model.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             idle += complete
             continue

@@ -52,6 +52,16 @@ class Outcome:
     seconds: float = 0.0
 
 
+def cp_solver(time_limit: float, seed: int = 0, workers: int | None = None):
+    """A CP-SAT solver for `time_limit` seconds, with `seed` and `workers` threads (by
+    default one per core, at most eight)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+    solver.parameters.max_time_in_seconds = time_limit
+    solver.parameters.random_seed = seed
+    return solver
+
+
 def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | None = None,
           hint_home: dict[str, str] | None = None,
           hint_targets: dict[str, dict[frozenset[str], str]] | None = None,
@@ -77,8 +87,7 @@ def solve(problem: Problem, time_limit: float, previous_home: dict[str, str] | N
         model.keep(previous_home)
     if hint_home:
         hint(model, hint_home, hint_targets or {})
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
+    solver = cp_solver(time_limit, workers=workers)
 
     def left() -> float:
         return max(0.01, time_limit - (time.perf_counter() - start))
