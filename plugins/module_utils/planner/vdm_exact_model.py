@@ -327,6 +327,17 @@ class ExactModel:
                          or (label, failed, t) in fixed.arriving_labels)
                 m.add(cp_model.LinearExpr.sum(arriving + firm_with[(label, t)]) <= 1 - taken)
 
+    def hold(self, counts: dict[tuple[Shape, str], int], into=None,
+             hosts: set[str] | None = None):
+        """`into` (a clone of the model, the model itself by default: a variable's index
+        is the same in a clone) with how many VMs of each shape are at home on each host
+        (of `hosts`, all by default) held at `counts`."""
+        into = into or self.model
+        for (c, h), v in self.home.items():
+            if hosts is None or h in hosts:
+                into.add(into.get_int_var_from_proto_index(v.index) == counts.get((c, h), 0))
+        return into
+
     def keep(self, previous_home: dict[str, str]) -> None:
         """Count the VMs that stay where `previous_home` has them (`stay`)."""
         for c, names in self.vms_of.items():

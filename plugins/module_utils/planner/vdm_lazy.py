@@ -94,25 +94,15 @@ def _with(problem: Problem, sets: list[frozenset[str]]) -> Problem:
     return dataclasses.replace(problem, failure_sets=tuple(sets))
 
 
-def _held(model: ExactModel, counts: Counts, into=None):
-    """`into` (the model's own by default) with the number of VMs of each shape at
-    home on each host held at `counts`."""
-    into = into or model.model
-    for key, v in model.home.items():
-        into.add(into.get_int_var_from_proto_index(v.index) == counts.get(key, 0))
-    return into
-
-
 def _failing(problem: Problem, counts: Counts, sets: list[frozenset[str]]
              ) -> list[frozenset[str]]:
     """Of `sets`, those that fail alone with the homes `counts`: each tested with its
     subsets that are planned, for up to ALONE_SECONDS."""
-    family = set(problem.failure_sets)
     failing = []
     for failed in sets:
-        inside = sorted((s for s in family if s < failed), key=lambda s: (len(s), sorted(s)))
+        inside = [s for s in problem.failure_sets if s < failed]  # in the problem's order
         model = ExactModel(_with(problem, [*inside, failed]))
-        _held(model, counts)
+        model.hold(counts)
         if cp_solver(ALONE_SECONDS, 0, 1).solve(model.model) == cp_model.INFEASIBLE:
             failing.append(failed)
     return failing
@@ -122,7 +112,7 @@ def _completed(whole: ExactModel, counts: Counts, time_limit: float, seed: int,
                workers: int | None, previous_home: dict[str, str]):
     """The whole model's plan with the homes `counts`, or None."""
     solver = cp_solver(time_limit, seed, workers)
-    status = solver.solve(_held(whole, counts, whole.model.clone()))
+    status = solver.solve(whole.hold(counts, whole.model.clone()))
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return read(whole, solver, previous_home)
     return None

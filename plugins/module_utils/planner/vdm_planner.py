@@ -7,9 +7,9 @@ Each HA VM's failover targets form a chain (vdm_chains says why); the greedy sea
 (vdm_homes) places the VMs one by one, each with its chain, and the exact search
 (vdm_solver) and its repair (vdm_repair) take over where it fails; on a re-plan of a
 cluster that tolerates two failures or more, the exact search over the failure sets
-that bind (vdm_lazy). This module checks
-first that capacity alone can cover every failure set, then chooses between the
-searches, and says why when none of them found a plan.
+that bind (vdm_lazy). This module checks first that capacity alone can cover every
+failure set, then chooses between the searches, and says why when none of them found
+a plan.
 
 Why a greedy heuristic first, and an exact search after it. Spreading each host's HA
 VMs evenly over the others reaches the ideal bound (K - X)/K asymptotically, and a

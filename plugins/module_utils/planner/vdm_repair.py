@@ -187,14 +187,11 @@ def settle(problem: Problem, home: dict[str, str],
         steps += 1
         window = _settle_hosts(problem, home, moved, previous_home, rng)
         # The step's model: the whole one, started from the plan as it is, with the
-        # homes outside the window held (a variable's index is the same in a clone).
+        # homes outside the window held.
         model.model.clear_hints()
         hint(model, home, targets)
-        step = model.model.clone()
         held = Counter((c, home[name]) for c, names in model.vms_of.items() for name in names)
-        for (c, h), v in model.home.items():
-            if h not in window:
-                step.add(step.get_int_var_from_proto_index(v.index) == held[(c, h)])
+        step = model.hold(held, model.model.clone(), set(problem.hosts) - window)
         solver = cp_solver(min(WINDOW_SECONDS, left()), rng.randrange(1 << 16), workers)
         if solver.solve(step) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             idle += 1
