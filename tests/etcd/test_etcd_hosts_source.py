@@ -506,3 +506,34 @@ def test_the_leader_times_an_evacuation_until_the_ha_vms_run_elsewhere(etcd, clu
         steps = {labels["action"]: value
                  for labels, value in families_of(source)["reconciler_steps"].samples}
         assert steps["restart"] == 1 and steps["relocate"] == 0
+
+
+# What root on a hypervisor writes with its agent's etcd user, which may write all of
+# its host's keys: a template where the playbooks would render it, and a forged line.
+ATTACK = "{{ lookup('pipe', 'touch /tmp/yasco-pwned') }}\nWARNING forged"
+
+
+def test_nothing_a_hypervisor_writes_leaves_the_watcher_as_a_template(etcd, cluster, start):
+    """Its maintenance marker, the VMs it says it restarted and why, and its
+    registration reach the playbooks as extra variables, which ansible-core renders:
+    each leaves the watcher inert (module_utils/cluster/untrusted.py)."""
+    with etcd.client() as client:
+        register(client, cluster, "hv1")
+        source = start()
+        wait_until_leading(source)
+        client.put_json(etcd_keys.maintenance_key("hv1", cluster=cluster),
+                        {"by": ATTACK, "reason": ATTACK})
+        event = source.next()
+        assert event["type"] == "maintenance"
+        assert event["marker"]["reason"] == (
+            "{ { lookup('pipe', 'touch /tmp/yasco-pwned') }}\\nWARNING forged")
+        client.put_json(etcd_keys.restart_key("hv1", "{{ 7 * 7 }}", cluster=cluster),
+                        {"state": "restarted", "reason": ATTACK, "count": 1})
+        event = source.next()
+        assert event["type"] == "vm_restarted" and event["vm"] == "{ { 7 * 7 }}"
+        assert "{{" not in event["reason"] and "\n" not in event["reason"]
+        lease = client.grant_lease(60).id
+        client.put_json(etcd_keys.alive_key("hv1", cluster=cluster), {"host": ATTACK},
+                        lease=lease)
+        event = source.next()
+        assert event["type"] == "host_up" and "{{" not in str(event["registration"])

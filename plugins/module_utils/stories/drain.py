@@ -21,6 +21,7 @@ from typing import Any
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.untrusted import inert_text
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import VdmView
 from ansible_collections.yasco.cluster.plugins.module_utils.stories.evacuation import preempt_step
@@ -109,8 +110,17 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], host: str,
         "marker": {"key": etcd_keys.maintenance_key(host, cluster=cluster)},
         # Its own agent, stopping as the host goes down, asked for this drain.
         "asked_by_agent": etcd_keys.asks_migration(here.get("maintenance_marker")),
+        # Why, as the marker says: written by whoever may write it, the host's own
+        # agent among them, so shown as text that nothing renders.
+        "reason": marker_reason(here.get("maintenance_marker")),
         "preempt": preempt + stop,
         "waves": wave_steps(grouped, vms, cluster),
         "events": [{"kind": "preempted", "vm": p["vm"], "host": p["host"]}
                    for p in preempt + stop],
     }
+
+
+def marker_reason(marker: Any) -> str | None:
+    """The reason a maintenance marker gives, as inert text (cluster/untrusted.py)."""
+    reason = marker.get("reason") if isinstance(marker, dict) else None
+    return inert_text(str(reason)) if reason not in (None, "") else None

@@ -26,6 +26,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states 
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler import decide
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_observed import (
     observe)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.untrusted import inert
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.watcher_view import (
     alarm_text, disarm_text, member_size, members_over)
 from ansible_collections.yasco.cluster.plugins.module_utils.watcher.watcher_io import (
@@ -94,7 +95,7 @@ class LeaderLooks:
                 continue  # looked at for the metrics only
             decision = decide(observed, self.memory, self.policy, self.loop.time())
             wake = decision["wake"]
-            for step in decision["steps"]:
+            for step in inert(decision["steps"]):
                 LOG.warning("reconciler: %s %s: %s", step["action"], step["vm"],
                             step["reason"])
                 self.view.stepped(step["action"])

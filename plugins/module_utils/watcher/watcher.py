@@ -41,6 +41,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.leadership i
     Leadership)
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_pacing import (
     Memory, Policy)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.untrusted import inert
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.watcher_view import (
     WatcherView, disarm_text)
 from ansible_collections.yasco.cluster.plugins.module_utils.watcher.leader_looks import (
@@ -292,10 +293,13 @@ class Watcher(LeaderLooks):
         if not self.leader:
             LOG.info("not the leader: %s %s left to the leader", kind, ", ".join(hosts))
             return
-        payload = {"type": kind, "hosts": hosts, "down": self.states.down(),
-                   "cluster": self.cluster, "revision": self.states.applied, "at": timestamp(),
-                   "resync": resync, "watcher": self.name, **(details or {})}
-        LOG.warning("%s: %s", kind, ", ".join(hosts))
+        # What the hypervisors wrote is in it (markers, restarts, registrations): it
+        # reaches the playbooks as extra variables, which ansible-core would render.
+        payload = inert({"type": kind, "hosts": hosts, "down": self.states.down(),
+                         "cluster": self.cluster, "revision": self.states.applied,
+                         "at": timestamp(), "resync": resync, "watcher": self.name,
+                         **(details or {})})
+        LOG.warning("%s: %s", kind, ", ".join(payload["hosts"]))
         if kind == "host_down":
             self.view.start_timing(hosts, self.loop.time())
         await queue.put({"yasco": payload})

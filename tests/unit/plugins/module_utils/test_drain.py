@@ -88,3 +88,11 @@ def test_the_fallback_placement_keeps_allowed_hosts_and_anti_affinity_and_avoids
     fenced["hypervisors"][1]["fenced"] = True  # hv2, still fenced from a failure
     with pytest.raises(DrainError, match="no room on hv3 for plain"):
         plan(fenced, vdm, "hv1")
+
+
+def test_the_reason_is_the_markers_and_text_that_no_template_engine_renders():
+    marked = status()
+    marked["hypervisors"][0]["maintenance_marker"] = {
+        "by": "hv1-root", "reason": "{{ lookup('pipe', 'id') }}\nforged"}
+    assert plan(marked, VDM, "hv1", "c1")["reason"] == "{ { lookup('pipe', 'id') }}\\nforged"
+    assert plan(status(), VDM, "hv1", "c1")["reason"] is None
