@@ -44,6 +44,9 @@ def write(hosts: list[HostLayout], virt_type: str, canary: dict[str, str]) -> Pa
     inventory = {"all": {"children": {"yasco_hypervisors": {
         "hosts": {h.name: {
             "ansible_host": h.address,
+            # Where a fence of the host blocklists: the address its Ceph clients (its
+            # QEMUs, its agent, which registers the same: hypervisor.start_agent) use.
+            "yasco_ceph_addrs": [h.address],
             "yasco_libvirt_uri": h.libvirt_uri(),
             "yasco_etcd_client_url": h.etcd_client_url,
             "yasco_capacity": dict(HOST_CAPACITY),

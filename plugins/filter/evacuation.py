@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: YASCO developers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The filters of playbooks/evacuate.yml (module_utils/stories/evacuation.py): what to fence,
-stop and start, what the fence and the BMCs left to start, and what came of it."""
+"""The filters of playbooks/evacuate.yml (module_utils/stories/evacuation.py): the
+hypervisors' declared Ceph addresses, what to fence, stop and start, what the fence and
+the BMCs left to start, and what came of it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,17 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd
 # Each filter imports its story's module when it runs, not when this file loads:
 # Ansible loads every filter file of the collection, in every task's worker, to find
 # any one filter (docs/architecture.md, "Filters").
+
+
+def hypervisor_ceph_addrs(hypervisors):
+    """Hypervisor name -> its Ceph addresses as the inventory declares them
+    (yasco_ceph_addrs, checked), from each hypervisor's hostvars: the only addresses a
+    fence of it blocklists."""
+    from ansible_collections.yasco.cluster.plugins.module_utils.stories import evacuation
+    try:
+        return evacuation.declared_ceph_addrs(list(hypervisors or []))
+    except ValueError as err:
+        raise AnsibleFilterError(str(err)) from err
 
 
 def evacuation_plan(status, vdm, items, cluster=etcd_keys.DEFAULT_CLUSTER):
@@ -60,7 +72,8 @@ def evacuation_outcome(evacuation, started, fence=None, powered=None, triggered=
 
 class FilterModule:
     def filters(self):
-        return {"evacuation_plan": evacuation_plan, "evacuation_refusals": evacuation_refusals,
+        return {"hypervisor_ceph_addrs": hypervisor_ceph_addrs,
+                "evacuation_plan": evacuation_plan, "evacuation_refusals": evacuation_refusals,
                 "evacuation_fenced": evacuation_fenced,
                 "evacuation_powered": evacuation_powered,
                 "evacuation_outcome": evacuation_outcome}

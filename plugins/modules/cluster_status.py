@@ -23,6 +23,21 @@ options:
     description: Hypervisor name to its libvirt URI.
     type: dict
     required: true
+  ceph_addrs:
+    description:
+      - Hypervisor name to the addresses its Ceph client uses, as the inventory declares
+        them (C(yasco_hypervisor_ceph_addrs) in the playbooks, from each host's
+        C(yasco_ceph_addrs)), each a list of plain IP addresses, no range.
+      - Each entry of RV(hypervisors) carries its own as C(ceph_addrs), the only
+        addresses the evacuation fences it at; a hypervisor not listed, or listed with
+        an empty list, has none, and its evacuation is refused. What a host's agent
+        registered in etcd is never a fence target (a compromised host could name
+        others there).
+      - The task fails, before it reads anything, naming a hypervisor whose addresses
+        are not plain IP addresses.
+    type: dict
+    default: {}
+    version_added: 0.1.0
   cluster:
     description: The cluster's name, under which its etcd keys live.
     type: str
@@ -76,12 +91,24 @@ EXAMPLES = r"""
     vdm: "{{ yasco_vdm }}"
     endpoints: "{{ yasco_etcd_endpoints }}"
   register: status
+
+- name: Read the cluster for an evacuation, with the addresses each host is fenced at
+  yasco.cluster.cluster_status:
+    hypervisors: "{{ yasco_hypervisor_uris }}"
+    ceph_addrs: "{{ yasco_hypervisor_ceph_addrs }}"  # playbooks/vars/cluster.yml
+    cluster: "{{ yasco_cluster_name }}"
+    vdm: "{{ yasco_vdm }}"
+    domains_from: agents
+    endpoints: "{{ yasco_etcd_endpoints }}"
+  register: status
 """
 
 RETURN = r"""
 hypervisors:
-  description: Per hypervisor, C(name), C(uri), C(registered) (what its agent last
-    registered, such as C(address) and C(ceph_addrs), or null), C(alive),
+  description: Per hypervisor, C(name), C(uri), C(ceph_addrs) (its Ceph addresses as
+    O(ceph_addrs) declares them; empty when it names none), C(registered) (what its
+    agent last registered, such as C(address) and C(ceph_addrs), or null; data, never
+    a fence target), C(alive),
     C(boot_id) (the boot its agent runs in now, or null when not alive),
     C(watchdog) (the timeout of the hardware watchdog its agent keeps armed, or null),
     C(lease_ttl) (the seconds its lease has left; null when not alive or when
@@ -142,13 +169,14 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_module
     ETCD_REQUIREMENTS, etcd_run, module_argument_spec)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.module_run import run_module
 from ansible_collections.yasco.cluster.plugins.module_utils.report.cluster_status import (
-    cluster_status)
+    cluster_status, declared_problem)
 
 
 def main(module_class=AnsibleModule) -> None:
     module = module_class(
         argument_spec=module_argument_spec(
             hypervisors={"type": "dict", "required": True},
+            ceph_addrs={"type": "dict", "default": {}},
             cluster={"type": "str", "default": "yasco"},
             vdm={"type": "dict", "default": {}},
             events={"type": "int", "default": 10},
@@ -159,7 +187,8 @@ def main(module_class=AnsibleModule) -> None:
         ),
         supports_check_mode=True,
     )
-    run_module(module, etcd_run(cluster_status), EtcdError, ETCD_REQUIREMENTS)
+    run_module(module, etcd_run(cluster_status, declared_problem), EtcdError,
+               ETCD_REQUIREMENTS)
 
 
 if __name__ == "__main__":

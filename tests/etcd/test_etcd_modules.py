@@ -410,6 +410,34 @@ def test_events_are_appended_in_order_and_check_mode_appends_none(etcd, prefix, 
     assert "started  hv2   web2" in run.result("status")["table"]
 
 
+def test_status_carries_each_hosts_declared_ceph_addresses_not_what_it_registered(
+        etcd, playbook):
+    """The evacuation fences a host at the addresses cluster_status was given for it
+    (the inventory's yasco_ceph_addrs), whatever its agent registered; a range is
+    refused before anything is read."""
+    cluster = f"d{int(time.time() * 1000) % 10**9}"
+    root = f"/yasco/{cluster}"
+    etcd.client().put_json(f"{root}/hosts/hv1/registered",
+                           {"ceph_addrs": ["10.1.0.1", "10.1.0.0/24"]})
+    uris = {h: f"qemu+libssh://root@{h}/system" for h in ("hv1", "hv2")}
+    status = {"endpoints": [etcd.url], "cluster": cluster, "hypervisors": uris,
+              "domains_from": "agents", "events": 0, "leases": False}
+    run = playbook([
+        {"name": "declared", "yasco.cluster.cluster_status": {
+            **status, "ceph_addrs": {"hv1": ["10.1.0.1"], "hv2": []}}},
+        {"name": "a range", "yasco.cluster.cluster_status": {
+            **status, "ceph_addrs": {"hv1": ["10.1.0.1"], "hv2": ["10.1.0.0/24"]}},
+         "ignore_errors": True},
+        {"name": "none", "yasco.cluster.cluster_status": status}])
+    assert run.returncode == 0, run.output
+    hosts = {h["name"]: h for h in run.result("declared")["hypervisors"]}
+    assert (hosts["hv1"]["ceph_addrs"], hosts["hv2"]["ceph_addrs"]) == (["10.1.0.1"], [])
+    assert hosts["hv1"]["registered"] == {"ceph_addrs": ["10.1.0.1", "10.1.0.0/24"]}
+    assert run.result("a range")["msg"].startswith(
+        "ceph_addrs.hv2[0]: '10.1.0.0/24' is not a plain IP address")
+    assert [h["ceph_addrs"] for h in run.result("none")["hypervisors"]] == [[], []]
+
+
 def test_status_reads_what_the_agents_publish_as_of_one_revision(etcd, playbook):
     """cluster_status with domains_from: agents, as the evacuation asks it: every
     record from one read of etcd, nothing asked of libvirt."""

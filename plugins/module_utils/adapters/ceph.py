@@ -225,6 +225,29 @@ def split_image(spec: str, what: str = "image") -> tuple[str, str, str | None]:
     return match.group(1), match.group(2), match.group(3)
 
 
+def host_addresses(value: Any, where: str) -> list[str]:
+    """A host's Ceph client addresses as an inventory declares them (yasco_ceph_addrs):
+    a non-empty list of plain IP addresses, each written as Python writes it. A fence
+    of the host blocklists every one of them, so a range or a client instance (an
+    address with a '/') is refused; a ValueError names `where` and what is wrong."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{where}: must be a list of IP addresses, got {value!r}")
+    if not value:
+        raise ValueError(f"{where}: is empty; list the IP addresses the host reaches Ceph "
+                         "from")
+    addresses = []
+    for index, address in enumerate(value):
+        if isinstance(address, str) and "/" in address:
+            raise ValueError(f"{where}[{index}]: {address!r} is not a plain IP address: list "
+                             "the host's own addresses one by one, never a range (a fence "
+                             "of the host blocklists each address listed)")
+        try:
+            addresses.append(str(ipaddress.ip_address(address.strip())))
+        except (AttributeError, ValueError):
+            raise ValueError(f"{where}[{index}]: {address!r} is not an IP address") from None
+    return list(dict.fromkeys(addresses))
+
+
 def fence_addresses(targets: list[str]) -> list[str]:
     """Blocklist entries for client addresses (ip:port/nonce), hosts (ip) and CIDR
     ranges: a host is ip:0/0, which Ceph matches against every client on that IP."""

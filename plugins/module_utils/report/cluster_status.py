@@ -15,7 +15,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data import from_json
@@ -55,6 +55,24 @@ def _table(rows: list[list[Any]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def declared_problem(params: dict[str, Any]) -> str | None:
+    """What is wrong with the option `ceph_addrs`, if anything: each hypervisor's
+    addresses must be plain IP addresses (ceph.host_addresses), for hypervisors the
+    task names; an empty list declares none (an evacuation of that host is refused)."""
+    problems = []
+    for name, addresses in sorted((params.get("ceph_addrs") or {}).items()):
+        if name not in params["hypervisors"]:
+            problems.append(f"ceph_addrs.{name}: not one of the hypervisors")
+            continue
+        if addresses == []:
+            continue
+        try:
+            ceph.host_addresses(addresses, f"ceph_addrs.{name}")
+        except ValueError as err:
+            problems.append(str(err))
+    return "; ".join(problems) or None
+
+
 def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                    ) -> dict[str, Any]:
     del check_mode  # reading only
@@ -73,6 +91,7 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                                   etcd_keys.fences_prefix(cluster=cluster),
                                   etcd_keys.disarmed_key(cluster=cluster)])
     stored = {kv.key: kv for kvs in snapshot.values() for kv in kvs}
+    declared = params.get("ceph_addrs") or {}
     for name, uri in sorted(params["hypervisors"].items()):
         alive = stored.get(etcd_keys.alive_key(name, cluster=cluster))
         ttl = None
@@ -99,6 +118,10 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
         hosts.append({
             "name": name,
             "uri": uri,
+            # As the inventory declares them: what a fence of the host blocklists, never
+            # what its agent registered.
+            "ceph_addrs": (ceph.host_addresses(declared[name], f"ceph_addrs.{name}")
+                           if declared.get(name) else []),
             # This registration's boot: a return home tells a reboot from a reconnect.
             "boot_id": beat.get("boot_id"),
             # The agent's hardware watchdog: its timeout while armed, else null.

@@ -13,13 +13,22 @@ halfway or alongside a concurrent run, does what is left and nothing twice:
 - a VM whose record already names its target (claimed by an earlier run) is started
   there again, which libvirt makes a no-op if it runs;
 - a VM whose record names a host that is alive is left alone.
+
+A failed host is fenced at the Ceph addresses the inventory declares for it
+(yasco_ceph_addrs), never at those its agent registered: root on a hypervisor writes
+that registration, and could name another host's address or a whole range there, then
+stop its heartbeat for the evacuation to fence its victims. A registration that names
+an address not declared for its host is refused and reported.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from collections.abc import Mapping
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import ceph, etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster import vm_records
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.cluster_view import ClusterView
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
@@ -27,6 +36,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.cluster.reconciler_p
     first_room, host_loads, take)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
     VdmView, ha_view)
+from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import (
+    problems_text)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
     failure_set_key)
 
@@ -112,21 +123,29 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                for name in failover["preempt"]
                if vms.get(name, {}).get("running_on")]
     start.sort(key=lambda s: (-s["priority"], s["vm"]))
+    fence = [{"host": h, "addresses": ceph_addrs(hosts.get(h, {}))} for h in failed]
+    # As a message may show them: a hypervisor wrote them.
+    undeclared = {h: _shown(undeclared_addrs(hosts.get(h, {}))) for h in failed}
     return {
         "failed": failed,
         "planned": failover.get("planned", True),
         "avoided": unusable,
-        "fence": [{"host": h, "addresses": ceph_addrs(hosts.get(h, {}))} for h in failed],
+        "fence": fence,
+        # Registrations that name addresses not declared for their host: refused (the
+        # fence is the declared addresses all the same), and reported.
+        "undeclared": [{"host": h, "addresses": a} for h, a in undeclared.items() if a],
+        "warnings": [undeclared_warning(f["host"], undeclared[f["host"]], f["addresses"])
+                     for f in fence if undeclared[f["host"]]],
         # Those with no fence recorded yet: the ones a power fence is for (a host
         # evacuated earlier and still down may be off for repair, its BMC with it).
         # A fence being lifted (its lift may have stopped half-way) is no fence.
         "unfenced": [h for h in failed
                      if not etcd_keys.fence_stands((hosts.get(h) or {}).get("fence"))],
-        "fence_records": [{"key": etcd_keys.fence_key(h, cluster=cluster),
+        "fence_records": [{"key": etcd_keys.fence_key(f["host"], cluster=cluster),
                            "value": {"by": "evacuate", "method": "ceph-blocklist",
-                                     "ceph_addrs": ceph_addrs(hosts.get(h, {})),
-                                     "boot_id": (hosts.get(h, {}).get("registered") or {})
-                                     .get("boot_id")}} for h in failed],
+                                     "ceph_addrs": f["addresses"],
+                                     "boot_id": (hosts.get(f["host"], {}).get("registered")
+                                                 or {}).get("boot_id")}} for f in fence],
         "images": sorted({image for s in start for image in s["images"]}),
         "preempt": preempt,
         "start": start,
@@ -134,8 +153,10 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
         "down": down,
         "left_down": list(failover.get("down", [])),
         "settled": settled,
-        "events": [{"kind": "fenced", "host": h,
-                    "details": {"ceph_addrs": ceph_addrs(hosts.get(h, {}))}} for h in failed]
+        "events": [{"kind": "fenced", "host": f["host"],
+                    "details": {"ceph_addrs": f["addresses"], **(
+                        {"undeclared_ceph_addrs": undeclared[f["host"]]}
+                        if undeclared[f["host"]] else {})}} for f in fence]
         + [{"kind": "preempted", "vm": p["vm"], "host": p["host"]} for p in preempt],
     }
 
@@ -224,10 +245,96 @@ def writes(start: list[dict[str, Any]], evacuation: dict[str, Any]) -> list[dict
 
 
 def ceph_addrs(host: dict[str, Any]) -> list[str]:
-    registered = host.get("registered") or {}
-    if registered.get("ceph_addrs"):
-        return list(registered["ceph_addrs"])
-    return [registered["address"]] if registered.get("address") else []
+    """The host's Ceph client addresses (cluster_status' entry), as the inventory
+    declares them: what a fence of it blocklists, and where the clients whose locks
+    are the host's are. Never what its agent registered (see the docstring above)."""
+    return list(host.get("ceph_addrs") or [])
+
+
+def registered_addrs(host: dict[str, Any]) -> list[str]:
+    """The Ceph addresses the host's agent registered (its `ceph_addrs`, else its
+    `address`), as text: data to check against the declared ones, never a target."""
+    registered = host.get("registered")
+    if not isinstance(registered, dict):
+        return []
+    given = registered.get("ceph_addrs") or registered.get("address") or []
+    return [str(a) for a in (given if isinstance(given, list) else [given])]
+
+
+def undeclared_addrs(host: dict[str, Any]) -> list[str]:
+    """The addresses the host's agent registered that the inventory does not declare
+    for it: a range, another host's address, or an inventory that is wrong."""
+    declared = {_same(a) for a in ceph_addrs(host)}
+    return list(dict.fromkeys(a for a in registered_addrs(host) if _same(a) not in declared))
+
+
+def _same(address: str) -> str:
+    """An address as Python writes it, so that fd00::1 and fd00:0::0001 compare equal;
+    anything else (a range, a name) as it is."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return address
+
+
+# The most of a registration's addresses a warning or an event lists: a hypervisor
+# wrote them, and could write thousands.
+SHOWN = 16
+
+
+def _shown(addresses: list[str]) -> list[str]:
+    """Registered addresses for a message or an event: each as it is when it looks like
+    one, else quoted on one line; the first SHOWN of them, and how many more."""
+    shown = [a if re.fullmatch(r"[\w.:/\[\]%-]{1,64}", a, re.ASCII) else repr(a[:64])
+             for a in addresses[:SHOWN]]
+    return shown + ([f"... {len(addresses) - SHOWN} more"] if len(addresses) > SHOWN else [])
+
+
+def undeclared_warning(host: str, undeclared: list[str], declared: list[str]) -> str:
+    """What the evacuation says of a failed host whose registration named addresses
+    the inventory does not declare for it (`undeclared`, as _shown)."""
+    return (f"{host}'s agent registered Ceph addresses the inventory does not declare for "
+            f"it ({', '.join(undeclared)}): refused, not fenced; its "
+            f"fence blocklists its declared ones only ({', '.join(declared) or 'none'}). "
+            "An agent registers its own host's addresses: check the host for tampering; "
+            f"or, if its yasco_ceph_addrs is what is wrong, correct it and fence the "
+            f"addresses it missed by hand (yasco.cluster.ceph_fence).")
+
+
+def declared_ceph_addrs(hypervisors: list[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Each hypervisor's Ceph addresses, from its inventory variables (hostvars, each
+    with its `inventory_hostname`): `yasco_ceph_addrs`; by default `agent_ceph_addrs`
+    where the inventory sets it (what the agent role configures), else its
+    `ansible_host` when that is an IP address, else none (its fence is refused).
+    A ValueError names every host and field that is not a list of plain IP addresses."""
+    declared: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for hostvars in hypervisors:
+        name = str(hostvars.get("inventory_hostname"))
+        where = f"host {name}: yasco_ceph_addrs"
+        given = hostvars.get("yasco_ceph_addrs")
+        if given is None and hostvars.get("agent_ceph_addrs") is not None:
+            where = f"host {name}: agent_ceph_addrs (yasco_ceph_addrs' default)"
+            given = hostvars.get("agent_ceph_addrs")
+        if given is None:
+            default = str(hostvars.get("ansible_host") or "")
+            declared[name] = [_same(default)] if _is_address(default) else []
+            continue
+        try:
+            declared[name] = ceph.host_addresses(given, where)
+        except ValueError as err:
+            problems.append(str(err))
+    if problems:
+        raise ValueError(problems_text("invalid yasco_ceph_addrs", problems))
+    return declared
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def images_of(item: dict[str, Any]) -> list[str]:
@@ -277,8 +384,8 @@ def preempt_step(name: str, vm: dict[str, Any], hosts: dict[str, Any],
 def refusals(evacuation: dict[str, Any], status: dict[str, Any],
              while_disarmed: bool = False) -> list[str]:
     """Why the evacuation must not go on, before it changes anything, each reason
-    saying what to do: HA disarmed (unless `while_disarmed`), or a failed host that
-    never registered the Ceph addresses its fence needs."""
+    saying what to do: HA disarmed (unless `while_disarmed`), or a failed host with no
+    Ceph address declared in the inventory, where its fence would blocklist."""
     reasons = []
     disarmed = ClusterView(status).ha_disarmed
     if disarmed is not None and not while_disarmed:
@@ -291,8 +398,10 @@ def refusals(evacuation: dict[str, Any], status: dict[str, Any],
     silent = [f["host"] for f in evacuation.get("fence") or [] if not f["addresses"]]
     if silent:
         reasons.append(
-            f"{', '.join(silent)} never registered its Ceph addresses (no "
-            "hosts/<host>/registered in etcd): fence it by hand "
+            f"{', '.join(silent)}: no Ceph address declared in the inventory "
+            "(yasco_ceph_addrs, by default the host's ansible_host when that is an IP "
+            "address), and a host is fenced at its declared addresses only, never at "
+            "those its agent registered: declare them, or fence the host by hand "
             "(yasco.cluster.ceph_fence), then run this again.")
     return reasons
 
@@ -304,8 +413,8 @@ def outcome(evacuation: dict[str, Any], started: list[str], fence: dict[str, Any
     VMs that started, the fence's result (host_fence), the power fencing's
     (power_fence.outcome; empty without one), the hosts the run was triggered for
     and its times (`started`, `fenced`, `done`, seconds since the epoch): the VMs
-    started and not, the history's events, the summary's lines and the notification's
-    severity and details."""
+    started and not, the history's events, the summary's lines (with a warning for each
+    registration not declared) and the notification's severity and details."""
     done = [s for s in evacuation.get("start") or [] if s["vm"] in started]
     not_started = [s["vm"] for s in evacuation.get("start") or [] if s["vm"] not in started]
     failed = evacuation.get("failed") or []
@@ -336,6 +445,7 @@ def outcome(evacuation: dict[str, Any], started: list[str], fence: dict[str, Any
         f"({'planned' if evacuation.get('planned', True) else 'beyond the plan: best effort'})",
         f"fenced: {listed(addresses)}; "
         f"{len(fence.get('locks_broken') or [])} disk locks broken",
+        *(f"WARNING: {w}" for w in evacuation.get("warnings") or []),
         power,
         f"started: {listed(moved)}",
         f"did not start: {listed(not_started)}",
@@ -352,14 +462,20 @@ def outcome(evacuation: dict[str, Any], started: list[str], fence: dict[str, Any
         lines.insert(0, f"triggered for {', '.join(triggered) or 'nothing'}, but etcd sees "
                         f"{', '.join(failed) or 'no failed hypervisor'}: went by etcd")
     left_down = list(evacuation.get("left_down") or [])
+    # A registration not declared: a host tampered with, or an inventory whose fence
+    # may have missed the host's real addresses.
+    undeclared = {u["host"]: u["addresses"] for u in evacuation.get("undeclared") or []}
     return {
         "done": done, "not_started": not_started, "events": events, "lines": lines,
-        "severity": "critical" if not_started or left_down or missing else "warning",
+        "severity": ("critical" if not_started or left_down or missing or undeclared
+                     else "warning"),
         "details": {"failed": failed, "started": {s["vm"]: s["to"] for s in done},
                     "not_started": not_started, "preempted": preempted,
                     "powered_off": powered.get("powered_off") or [],
                     "power_errors": powered.get("errors") or [],
                     # HA VMs no spare slot was left for, and the others recorded down.
                     "left_down": left_down, "down": down,
+                    # Failed host -> the addresses it registered, not declared for it.
+                    "undeclared_ceph_addrs": undeclared,
                     "seconds": seconds.get("done")},
     }

@@ -78,8 +78,7 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
     by_name = {item["name"]: item for item in items}
     # A client on a fenced host is cut off from the disks for good: its locks are
     # dead, wherever the VM was recorded (a VM moved by hand, then its host failed).
-    fenced = sorted({a for h in hosts.values() if h.get("fenced")
-                     for a in (h.get("fence") or {}).get("ceph_addrs") or ceph_addrs(h)})
+    fenced = sorted({a for h in hosts.values() if h.get("fenced") for a in _cut_off(h)})
     out: dict[str, Any] = {"start": [], "stop": [], "fail": [], "preempt": [], "stale": [],
                            "confirm": [], "crowded": [], "events": []}
     # The VMs to start or stop are counted where their steps leave them.
@@ -130,6 +129,15 @@ def plan(steps: list[dict[str, Any]], status: dict[str, Any], items: list[dict[s
                       for s in out["start"] if s["source_uri"]]
     out["images"] = sorted({i for s in out["start"] for i in s["images"]})
     return out
+
+
+def _cut_off(host: dict[str, Any]) -> list[str]:
+    """A fenced host's addresses whose clients are cut off: those the inventory
+    declares for it that its fence record names (all of them, for a record that names
+    none). A record may name more, from before fences came from the inventory, or
+    kept from a fence it replaced: those may be another host's, whose clients live."""
+    recorded = (host.get("fence") or {}).get("ceph_addrs") or []
+    return [a for a in ceph_addrs(host) if not recorded or a in recorded]
 
 
 class Room:

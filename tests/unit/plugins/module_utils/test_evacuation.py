@@ -42,6 +42,9 @@ def status(alive=("hv2", "hv3"), maintenance=(), records=None, running=None,
     return {
         "hypervisors": [{"name": h, "uri": URIS[h], "alive": h in alive,
                          "maintenance": h in maintenance,
+                         # Declared in the inventory (yasco_ceph_addrs): what a fence
+                         # of the host blocklists.
+                         "ceph_addrs": [f"10.1.0.{i}"],
                          "registered": {"address": f"10.0.0.{i}",
                                         "ceph_addrs": [f"10.1.0.{i}"],
                                         **({"stopped": "then"} if h in stopped else {})}}
@@ -122,7 +125,8 @@ def test_a_host_that_went_down_in_maintenance_without_a_clean_stop_is_evacuated(
 def test_a_vm_away_from_home_goes_home_when_only_its_refuge_fails():
     records = {**{n: {"host": h, "state": "running"} for n, h in VDM["home"].items()},
                "web": {"host": "hv2", "state": "running"}}
-    done = plan(status(alive=("hv1", "hv3"), records=records), VDM, ITEMS)
+    running = {**{n: [h] for n, h in VDM["home"].items()}, "web": ["hv2"]}
+    done = plan(status(alive=("hv1", "hv3"), records=records, running=running), VDM, ITEMS)
     assert done["failed"] == ["hv2"]
     assert [(s["vm"], s["to"]) for s in done["start"]] == [("web", "hv1")]
 
@@ -210,14 +214,84 @@ def test_an_evacuation_is_refused_while_disarmed_or_when_a_failed_host_has_no_ad
     cluster = status()
     done = plan(cluster, VDM, ITEMS)
     assert refusals(done, cluster) == []
-    cluster["ha_disarmed"] = {"by": "ops", "since": "09:00", "reason": "storage work"}
+    # A host that never registered is fenced all the same, at its declared address.
     cluster["hypervisors"][0]["registered"] = {}
+    assert refusals(plan(cluster, VDM, ITEMS), cluster) == []
+    cluster["ha_disarmed"] = {"by": "ops", "since": "09:00", "reason": "storage work"}
+    # An inventory without ansible_host nor yasco_ceph_addrs for it.
+    cluster["hypervisors"][0]["ceph_addrs"] = []
     done = plan(cluster, VDM, ITEMS)
     disarmed, silent = refusals(done, cluster)
     assert disarmed.startswith("HA is disarmed by ops since 09:00 (storage work): not "
                                "evacuating. Re-arm with playbooks/disarm.yml")
-    assert silent.startswith("hv1 never registered its Ceph addresses")
+    assert silent.startswith("hv1: no Ceph address declared in the inventory "
+                             "(yasco_ceph_addrs, by default the host's ansible_host")
     assert refusals(done, cluster, while_disarmed=True) == [silent]
+
+
+def lying(registered: list[str]) -> dict:
+    """The cluster as status() has it, hv1 failed, its agent having registered
+    `registered` as its Ceph addresses before it stopped its heartbeat."""
+    cluster = status()
+    cluster["hypervisors"][0]["registered"]["ceph_addrs"] = registered
+    return cluster
+
+
+def test_a_failed_host_that_registered_another_hosts_address_is_fenced_at_its_own_only():
+    """Root on hv1 writes hv1's registration: naming hv2's address there, then letting
+    its lease lapse, must not have the evacuation blocklist hv2."""
+    done = plan(lying(["10.1.0.1", "10.1.0.2"]), VDM, ITEMS, "c1")
+    assert done["fence"] == [{"host": "hv1", "addresses": ["10.1.0.1"]}]
+    assert [r["value"]["ceph_addrs"] for r in done["fence_records"]] == [["10.1.0.1"]]
+    assert done["undeclared"] == [{"host": "hv1", "addresses": ["10.1.0.2"]}]
+    (warning,) = done["warnings"]
+    assert warning.startswith("hv1's agent registered Ceph addresses the inventory does "
+                              "not declare for it (10.1.0.2): refused, not fenced")
+    (fenced,) = [e for e in done["events"] if e["kind"] == "fenced"]
+    assert fenced["details"] == {"ceph_addrs": ["10.1.0.1"],
+                                 "undeclared_ceph_addrs": ["10.1.0.2"]}
+    assert refusals(done, lying(["10.1.0.1", "10.1.0.2"])) == []
+
+
+def test_a_failed_host_that_registered_a_range_is_fenced_at_its_own_address_only():
+    for registered in (["10.1.0.0/24"], ["10.1.0.1", "10.1.0.0/24"], "10.1.0.0/24"):
+        done = plan(lying(registered), VDM, ITEMS, "c1")
+        assert done["fence"] == [{"host": "hv1", "addresses": ["10.1.0.1"]}]
+        assert [r["value"]["ceph_addrs"] for r in done["fence_records"]] == [["10.1.0.1"]]
+        assert done["undeclared"] == [{"host": "hv1", "addresses": ["10.1.0.0/24"]}]
+        assert all("/" not in a for f in done["fence"] for a in f["addresses"])
+
+
+def test_a_registration_that_matches_the_declared_addresses_raises_no_warning():
+    done = plan(status(), VDM, ITEMS)
+    assert done["undeclared"] == [] and done["warnings"] == []
+    assert [e["details"] for e in done["events"] if e["kind"] == "fenced"] == [
+        {"ceph_addrs": ["10.1.0.1"]}]
+    # The same address written another way is the same address.
+    cluster = status()
+    cluster["hypervisors"][0]["ceph_addrs"] = ["fd00::1"]
+    cluster["hypervisors"][0]["registered"]["ceph_addrs"] = ["fd00:0::0001"]
+    assert plan(cluster, VDM, ITEMS)["undeclared"] == []
+
+
+def test_a_registration_is_shown_in_the_warning_as_one_line_of_text():
+    done = plan(lying(["10.1.0.1", "10.1.0.9\nfenced: nothing"]), VDM, ITEMS)
+    (warning,) = done["warnings"]
+    assert "\n" not in warning and "'10.1.0.9\\nfenced: nothing'" in warning
+
+
+def test_an_outcome_warns_of_a_registration_not_declared_and_is_critical():
+    done = after_fence(plan(lying(["10.1.0.0/24"]), VDM, ITEMS),
+                       {"locks_kept": [], "images_missing": []})
+    report = outcome(done, ["db", "web"], {"changed": True}, {}, ["hv1"], {})
+    assert report["severity"] == "critical"
+    assert report["lines"][1] == "fenced: 10.1.0.1; 0 disk locks broken"
+    assert report["lines"][2].startswith(
+        "WARNING: hv1's agent registered Ceph addresses the inventory does not declare "
+        "for it (10.1.0.0/24)")
+    assert report["details"]["undeclared_ceph_addrs"] == {"hv1": ["10.1.0.0/24"]}
+    (fenced,) = [e for e in report["events"] if e["kind"] == "fenced"]
+    assert fenced["details"]["undeclared_ceph_addrs"] == ["10.1.0.0/24"]
 
 
 def test_an_outcome_names_what_started_what_did_not_and_why_it_is_critical():

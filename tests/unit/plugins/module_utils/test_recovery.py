@@ -145,6 +145,29 @@ def test_a_lock_held_from_a_fenced_host_is_dead():
     assert done["dead_clients"] == ["10.1.0.2:0/77"] and len(done["start"]) == 1
 
 
+def test_no_lock_is_dead_for_an_address_a_host_registered_but_was_not_declared_for_it():
+    """Root on hv1 names hv3's address in hv1's registration: a lock held from hv3 is
+    a live client there, not a dead QEMU of hv1's, whether hv1 is the host the VM died
+    on or a fenced one; its client is not fenced, and the VM not started beside it."""
+    cluster = alive_status()
+    cluster["hypervisors"][0]["registered"]["ceph_addrs"] = ["10.1.0.1", "10.1.0.3"]
+    done = recovery.plan([restart()], cluster, ITEMS)
+    assert done["start"][0]["source_addresses"] == ["10.1.0.1"]
+    held = recovery.after_lock_check(done, disks("10.1.0.3:0/77"))
+    assert held["dead_clients"] == [] and held["start"] == []
+    assert held["held"] == [{"vm": "web", "images": {"yasco/web": "10.1.0.3:0/77"}}]
+    # hv2, fenced, registered hv3's address too, and its fence record (written before
+    # fences came from the inventory) names it: only hv2's declared one is cut off.
+    cluster = alive_status()
+    cluster["hypervisors"][1].update(
+        alive=False, fenced=True, fence={"ceph_addrs": ["10.1.0.2", "10.1.0.3"]},
+        registered={"ceph_addrs": ["10.1.0.2", "10.1.0.3"]})
+    done = recovery.plan([restart()], cluster, ITEMS)
+    assert done["start"][0]["source_addresses"] == ["10.1.0.1", "10.1.0.2"]
+    held = recovery.after_lock_check(done, disks("10.1.0.3:0/77"))
+    assert held["dead_clients"] == [] and held["start"] == []
+
+
 def relocate(vm: str, to: str, preempt=()) -> dict:
     return {"action": "relocate", "vm": vm, "from": "hv1", "to": to, "hosts": [],
             "preempt": list(preempt), "record": DOWN, "revision": revision(vm),

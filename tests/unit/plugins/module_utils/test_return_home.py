@@ -58,6 +58,8 @@ def status(vms=None, fence="fenced", alive=HOSTS, maintenance=(), libvirt="reach
                          "maintenance": h in maintenance,
                          "libvirt": libvirt if h == "hv1" else "reachable",
                          "fence": fence if h == "hv1" else None,
+                         # Declared in the inventory (yasco_ceph_addrs).
+                         "ceph_addrs": [f"10.1.0.{h[-1]}"],
                          "registered": {"boot_id": boot}, "boot_id": boot} for h in HOSTS],
         "vms": [{"name": n, "record": r, "running_on": on,
                  "record_revision": revision(n) if r else 0} for n, (r, on) in vms.items()],
@@ -256,6 +258,18 @@ def test_the_disks_of_the_vms_a_return_starts_are_named_with_the_hosts_addresses
     assert [r["vm"] for r in done["restart"]] == ["batch"]
     assert done["start_images"] == ["vms/batch", "vms/filler"]
     assert done["addresses"] == ["10.1.0.2"]
+
+
+def test_the_locks_a_return_breaks_are_of_the_hosts_declared_addresses_only():
+    """Root on hv2 names hv3's address in hv2's registration: the locks held from hv3
+    are not taken for hv2's dead QEMUs' (power.stale_locks with these addresses)."""
+    at_home = {n: ({"host": h, "state": "running"}, [h]) for n, h in VDM["home"].items()}
+    crashed = {**at_home, "batch": ({"host": "hv2", "state": "running"}, [])}
+    cluster = status(crashed, fence=None)
+    for host in cluster["hypervisors"]:
+        host["registered"] = {"boot_id": "b2", "ceph_addrs": ["10.1.0.2", "10.1.0.3",
+                                                             "10.1.0.0/24"]}
+    assert plan(cluster, VDM, ITEMS, "hv2", "c1")["addresses"] == ["10.1.0.2"]
 
 
 def test_a_preemptible_vm_still_recorded_running_at_home_but_running_nowhere_restarts():
