@@ -78,11 +78,20 @@ options:
       - Write or delete only if the key's value is this (so not if the key is absent).
       - Like O(value), anything but a string is compared as compact JSON.
     type: raw
+  if_unchanged:
+    description:
+      - Write only while each of these other keys has the C(mod_revision) given
+        (V(0) means only while that key does not exist), in the same transaction
+        as the write. So another writer's key that says it acts on the same thing
+        (an agent's restart in place) excludes this write, and the other way round.
+      - A mapping of key to C(mod_revision). Only with O(state=present).
+    type: dict
 attributes:
   check_mode:
     details:
-      - O(if_revision) and O(if_value) are checked against the key as it is now; etcd
-        checks them again, atomically, when the task runs for real.
+      - O(if_revision), O(if_value) and O(if_unchanged) are checked against the keys
+        as they are now; etcd checks them again, atomically, when the task runs for
+        real.
   diff_mode:
     details:
       - The value before and after; with O(prefix), every key deleted and its value.
@@ -180,6 +189,10 @@ actual_revision:
   description: The key's C(mod_revision) when a compare-and-swap failed (0 when absent).
   returned: when a compare-and-swap fails
   type: int
+other_key:
+  description: The key of O(if_unchanged) that had changed when a compare-and-swap failed.
+  returned: when a compare-and-swap on O(if_unchanged) fails
+  type: str
 expected_value:
   description: The O(if_value) a failed compare-and-swap expected.
   returned: when a compare-and-swap on O(if_value) fails
@@ -212,6 +225,7 @@ ARGUMENT_SPEC = module_argument_spec(
     lease={"type": "int"},
     if_revision={"type": "int"},
     if_value={"type": "raw"},
+    if_unchanged={"type": "dict"},
 )
 
 
@@ -250,7 +264,28 @@ def refusal(params: dict[str, Any]) -> str | None:
         return f"if_revision: must be 0 (key absent) or a revision, got {params['if_revision']}"
     if params["lease"] is not None and params["lease"] < 0:
         return f"lease: must be a lease id, got {params['lease']}"
+    unchanged = params.get("if_unchanged")
+    if unchanged is not None and state != "present":
+        return f"if_unchanged: applies to state=present only, not state={state}"
+    for other, revision in (unchanged or {}).items():
+        if isinstance(revision, bool) or not str(revision).isdigit():
+            return (f"if_unchanged: {other}: must be 0 (key absent) or a mod_revision, "
+                    f"got {revision!r}")
     return None
+
+
+def check_unchanged(etcd: EtcdClient, unchanged: dict[str, int]) -> None:
+    """Raise SwapLost when one of the other keys `unchanged` names has changed."""
+    for other, revision in sorted(unchanged.items()):
+        found = etcd.get(other)
+        actual = found.mod_revision if found else 0
+        if actual != revision:
+            expected = "no key" if revision == 0 else f"mod_revision {revision}"
+            raise SwapLost(f"{other}: changed since it was read (expected {expected}, found "
+                           f"{'mod_revision ' + str(actual) if found else 'no key'}): "
+                           "another writer acted; read it again and retry",
+                           {"other_key": other, "expected_revision": revision,
+                            "actual_revision": actual})
 
 
 def check_condition(key: str, current: KeyValue | None, if_revision: int | None,
@@ -289,7 +324,9 @@ def present(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[
     if current is not None and current.value == value and current.lease == lease:
         return {"changed": False, "key": key, "value": value, "revision": current.mod_revision}
     if_revision, if_value = params["if_revision"], params["if_value"]
+    unchanged = {k: int(v) for k, v in (params.get("if_unchanged") or {}).items()}
     check_condition(key, current, if_revision, if_value)
+    check_unchanged(etcd, unchanged)
     result = {"changed": True, "key": key, "value": value,
               "diff": {"before_header": key, "after_header": key,
                        "before": current.value + "\n" if current else "",
@@ -301,12 +338,14 @@ def present(etcd: EtcdClient, params: dict[str, Any], check_mode: bool) -> dict[
         if current is not None:
             result["revision"] = current.mod_revision
         return result
-    if if_revision is None and if_value is None:
+    if if_revision is None and if_value is None and not unchanged:
         result["revision"] = etcd.put(key, value, lease=lease)
         return result
     swap = etcd.put_if(key, value, mod_revision=if_revision, value_equals=if_value,
-                       lease=lease)
+                       lease=lease, unchanged=unchanged)
     if not swap.succeeded:  # changed between the read above and the transaction
+        check_condition(key, swap.current, if_revision, if_value)
+        check_unchanged(etcd, unchanged)
         lost(key, swap.current, if_revision, if_value)
     result["revision"] = swap.revision
     return result

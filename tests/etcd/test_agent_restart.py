@@ -158,3 +158,61 @@ def test_restarts_in_place_are_off_without_a_ceph_client_or_when_set_to_0(etcd):
         config.check("test")
         assert Agent(config).in_place is None, settings
     assert agent_restart.STOP_REASONS.keys() == {0, 1, 2, 5}
+
+
+def test_the_agents_restart_and_a_relocations_claim_exclude_each_other(etcd):
+    """The agent says it restarts a VM in place only while the VM's record is as it
+    read it; the reconciler's claim of a start elsewhere holds only while the agent's
+    restarts/ key is as the reconciler read it. Raced from the same reads, again and
+    again, exactly one of the two wins each time: never two starts."""
+    cluster = f"t{uuid.uuid4().hex[:8]}"
+    in_place = agent_restart.InPlace("hv1", cluster, ["10.0.0.11"], {},
+                                     agent_restart.Budget(3, 60))
+    agent_won = 0
+    with etcd.client() as agent_etcd, etcd.client() as watcher_etcd:
+        for round_ in range(24):
+            vm = f"web{round_}"
+            record_key = etcd_keys.vm_key(vm, cluster=cluster)
+            said_key = etcd_keys.restart_key("hv1", vm, cluster=cluster)
+            if round_ % 2:  # an earlier restart in place stands: its revision counts
+                agent_etcd.put(said_key, to_json({"state": "restarted", "count": 1}))
+            record = watcher_etcd.put(record_key, to_json({"host": "hv1", "state": "running"}))
+            said = watcher_etcd.get(said_key)
+            read = (record, said.mod_revision if said is not None else 0)
+            start = threading.Barrier(2)
+            won: dict[str, bool] = {}
+
+            def agent() -> None:
+                start.wait()
+                try:
+                    in_place.say_restarting(agent_etcd, vm, 0, "killed", read)
+                    won["agent"] = True
+                except agent_restart.Declined:
+                    won["agent"] = False
+
+            def reconciler() -> None:
+                start.wait()
+                won["reconciler"] = watcher_etcd.put_if(
+                    record_key, to_json({"host": "hv2", "state": "starting", "from": "hv1"}),
+                    mod_revision=read[0], unchanged={said_key: read[1]}).succeeded
+
+            racers = [threading.Thread(target=agent), threading.Thread(target=reconciler)]
+            for racer in racers:
+                racer.start()
+            for racer in racers:
+                racer.join(30)
+            assert sorted(won.values()) == [False, True], (round_, won)
+            agent_won += won["agent"]
+            # And the agent's last word before it starts the domain loses to a claim
+            # made after its first.
+            if won["agent"]:
+                said = agent_etcd.get(said_key).mod_revision
+                assert watcher_etcd.put_if(
+                    record_key, to_json({"host": "hv2", "state": "starting"}),
+                    mod_revision=read[0], unchanged={said_key: read[1]}).succeeded is False
+                assert watcher_etcd.put_if(
+                    record_key, to_json({"host": "hv2", "state": "starting"}),
+                    mod_revision=read[0], unchanged={said_key: said}).succeeded is True
+                with pytest.raises(agent_restart.Declined):
+                    in_place.say_restarting(agent_etcd, vm, 0, "killed", (read[0], said))
+    print(f"\nthe agent won {agent_won} of 24 races, the reconciler the rest")

@@ -115,6 +115,34 @@ def test_compare_and_swap_writes_when_unchanged_and_fails_naming_what_it_found(
     assert client.get(key).value == "on hv3"
 
 
+def test_a_write_holds_only_while_the_other_keys_it_names_are_unchanged(
+        etcd, prefix, playbook):
+    """if_unchanged: a relocation's claim holds only while the agent's restarts/ key
+    is as the step read it (agent_restart.py says the same the other way round)."""
+    key, said = f"{prefix}vms/web1", f"{prefix}hosts/hv1/restarts/web1"
+    client = etcd.client()
+    revision = client.put(key, "on hv1")
+    run = playbook([
+        {**key_task("claim while the agent said nothing", key=key, value="on hv2",
+                    if_revision=revision, if_unchanged={said: 0}), "check_mode": True},
+    ], env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    assert run.result("claim while the agent said nothing")["changed"] is True
+    client.put(said, '{"state": "restarting"}')
+    run = playbook([
+        {**key_task("claim after the agent said it restarts", key=key, value="on hv2",
+                    if_revision=revision, if_unchanged={said: 0}), "ignore_errors": True},
+        {**key_task("bad revision", key=key, value="on hv2", if_unchanged={said: "x"}),
+         "ignore_errors": True},
+    ], env={"YASCO_ETCD_ENDPOINTS": etcd.url})
+    lost = run.result("claim after the agent said it restarts")
+    assert lost["failed"] is True and lost["other_key"] == said, lost
+    assert lost["msg"].startswith(f"{said}: changed since it was read (expected no key, "
+                                  "found mod_revision"), lost["msg"]
+    assert run.result("bad revision")["msg"] == (
+        f"if_unchanged: {said}: must be 0 (key absent) or a mod_revision, got 'x'")
+    assert client.get(key).value == "on hv1"
+
+
 def test_of_two_concurrent_writers_on_one_revision_only_one_wins(etcd, prefix, tmp_path):
     key = f"{prefix}vms/web1"
     revision = etcd.client().put(key, "on hv1")

@@ -193,15 +193,17 @@ class EtcdClient:
 
     def put_if(self, key: str, value: str, *, mod_revision: int | None = None,
                value_equals: str | None = None, lease: int = 0,
-               while_exists: str | None = None) -> SwapResult:
+               while_exists: str | None = None,
+               unchanged: dict[str, int] | None = None) -> SwapResult:
         """Write the key only if its mod_revision is `mod_revision` (0: only if it does
-        not exist) and/or its value is `value_equals`, and, with `while_exists`, only
-        while that other key exists, atomically."""
+        not exist) and/or its value is `value_equals`, with `while_exists` only while
+        that other key exists, and with `unchanged` only while each of those other
+        keys has the mod_revision given (0: absent), atomically."""
         request = {"key": encode(_key(key)), "value": encode(_value(value))}
         if lease:
             request["lease"] = str(lease)
         return self._swap(f"write {key}", key, {"request_put": request}, mod_revision,
-                          value_equals, lease, while_exists)
+                          value_equals, lease, while_exists, unchanged)
 
     def delete_if(self, key: str, *, mod_revision: int | None = None,
                   value_equals: str | None = None) -> SwapResult:
@@ -212,11 +214,15 @@ class EtcdClient:
 
     def _swap(self, action: str, key: str, operation: dict[str, Any],
               mod_revision: int | None, value_equals: str | None, lease: int,
-              while_exists: str | None = None) -> SwapResult:
+              while_exists: str | None = None,
+              unchanged: dict[str, int] | None = None) -> SwapResult:
         compare = []
         if while_exists is not None:
             compare.append({"key": encode(_key(while_exists)), "target": "VERSION",
                             "result": "GREATER", "version": "0"})
+        for other, revision in sorted((unchanged or {}).items()):
+            compare.append({"key": encode(_key(other)), "target": "MOD", "result": "EQUAL",
+                            "mod_revision": str(int(revision))})
         if mod_revision is not None:
             # A key that does not exist compares as mod_revision 0.
             compare.append({"key": encode(key), "target": "MOD", "result": "EQUAL",

@@ -184,13 +184,31 @@ class InPlace:
     def key(self, vm: str) -> str:
         return etcd_keys.restart_key(self.host, vm, cluster=self.cluster)
 
-    def say(self, etcd: EtcdClient, vm: str, state: str, lease: int, reason: str) -> None:
-        etcd.put(self.key(vm), to_json({
-            "state": state, "count": self.budget.count(vm, self.clock()), "reason": reason,
-            "at": cluster_events.timestamp()}), lease=lease)
+    def _said(self, vm: str, state: str, reason: str) -> str:
+        return to_json({"state": state, "count": self.budget.count(vm, self.clock()),
+                        "reason": reason, "at": cluster_events.timestamp()})
 
-    def check(self, etcd: EtcdClient, vm: str) -> int:
-        """The revision of the VM's record, if the agent may restart it (`refusal`)."""
+    def say(self, etcd: EtcdClient, vm: str, state: str, lease: int, reason: str) -> None:
+        etcd.put(self.key(vm), self._said(vm, state, reason), lease=lease)
+
+    def say_restarting(self, etcd: EtcdClient, vm: str, lease: int, reason: str,
+                       revisions: tuple[int, int]) -> tuple[int, int]:
+        """Say the agent restarts `vm`, only while its record and its restarts/ key
+        are at `revisions` (record, key; 0: absent): in one transaction, as the
+        reconciler's claim of a start elsewhere holds only while that key is as it
+        read it. One of the two writes wins, never both. The revisions after."""
+        record, said = revisions
+        swap = etcd.put_if(self.key(vm), self._said(vm, RESTARTING, reason),
+                           mod_revision=said, lease=lease,
+                           unchanged={etcd_keys.vm_key(vm, cluster=self.cluster): record})
+        if not swap.succeeded:
+            raise Declined("its record or its restarts/ key changed meanwhile: the "
+                           "reconciler acts on it")
+        return record, swap.revision
+
+    def check(self, etcd: EtcdClient, vm: str) -> tuple[int, int]:
+        """The revisions of the VM's record and of this agent's restarts/ key of it
+        (0: none), if the agent may restart it (`refusal`)."""
         found = etcd.get(etcd_keys.vm_key(vm, cluster=self.cluster))
         requested = etcd.get(etcd_keys.requested_key(vm, cluster=self.cluster))
         marker = etcd.get(etcd_keys.maintenance_key(self.host, cluster=self.cluster))
@@ -204,7 +222,8 @@ class InPlace:
         if not self.budget.left(vm, self.clock()):
             raise Declined(f"restarted here {self.budget.most} time(s) within "
                            f"{self.budget.window:g} s already: the reconciler relocates it")
-        return found.mod_revision
+        said = etcd.get(self.key(vm))
+        return found.mod_revision, said.mod_revision if said is not None else 0
 
     def restart(self, etcd: EtcdClient, conn, vm: str, why: str, lease: int) -> bool:
         """Restart `vm`, which stopped for `why`, if it may be; whether it was. Any
@@ -213,13 +232,12 @@ class InPlace:
         if dom is None or lv.domain_kind(dom) != "ha":
             return False  # undefined (removed), or not an HA VM: not the agent's
         try:
-            revision = self.check(etcd, vm)
+            revisions = self.say_restarting(etcd, vm, lease, why, self.check(etcd, vm))
         except Declined as err:
             LOG.info("%s stopped (%s): not restarted here: %s", vm, why, err)
             return False
-        self.say(etcd, vm, RESTARTING, lease, why)
         try:
-            dead = self._start(etcd, dom, revision)
+            dead = self._start(etcd, dom, revisions, lease, why)
         except (Declined, ceph.CephError, EtcdError, lv.LibvirtAdapterError,
                 lv.libvirt.libvirtError) as err:
             LOG.error("%s stopped (%s): not restarted here: %s", vm, why, err)
@@ -243,10 +261,12 @@ class InPlace:
             LOG.warning("%s: restarted, but etcd was not told: %s", vm, err)
         return True
 
-    def _start(self, etcd: EtcdClient, dom, revision: int) -> list[str]:
+    def _start(self, etcd: EtcdClient, dom, revisions: tuple[int, int], lease: int,
+               why: str) -> list[str]:
         """Fence the dead QEMU's client, break its locks, start the domain; the dead
-        clients fenced."""
-        vm = dom.name()
+        clients fenced. `revisions` are the record's and the restarts/ key's, as the
+        agent's word that it restarts the VM left them."""
+        vm, revision = dom.name(), revisions[0]
         if dom.isActive():
             raise Declined("it runs again already")
         disks = rbd_disks(lv.xml_of(dom, inactive=True))
@@ -266,6 +286,10 @@ class InPlace:
                 cluster.fencing()
                 dead = self._free(cluster, disks, unchanged)
         unchanged()
+        # The last word before the start, in one transaction with the record: a
+        # relocation decided on the agent's earlier word (it took too long) can no
+        # longer be claimed, and one claimed since stops this start.
+        self.say_restarting(etcd, vm, lease, why, revisions)
         lv.start(dom)
         return dead
 

@@ -63,7 +63,8 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
     fenced), `domains` (host -> VM -> state, as its agent publishes them), `records`
     (VM -> (record, mod_revision)), `requested` (VM -> state), `restarts` (VM -> host
     -> what that host's agent says of its restarts in place of the VM: `state`
-    restarting, restarted or declined, and `count` within its window), `vdm` (the applied
+    restarting, restarted or declined, `count` within its window, and the key's
+    `mod_revision`, which a restart's or relocation's claim compares), `vdm` (the applied
     VDM's HA view: `vms` with kind, priority, home, chain and sizes, `hosts` with
     capacities) and `disarmed` (bool).
     """
@@ -219,6 +220,11 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
         step = _recover(vm, vms[vm], record, revision, reason, usable, free, preemptible,
                         labels, vms, memory, policy, now, _count(by_agent),
                         {h for h, said in agents.items() if _count(said)})
+        if step["action"] in ("restart", "relocate"):
+            # The agent's word on its restart in place of the VM, as read: the start's
+            # claim holds only while it is unchanged, and the agent's restart only
+            # while the record is (agent_restart.py), so one of the two starts it.
+            step["agent_restart"] = {"host": host, "revision": _revision(by_agent)}
         steps.append(step)
         memory.returning.discard(vm)
         if step["action"] in ("restart", "relocate"):
@@ -233,6 +239,12 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
         memory.asked[step["vm"]] = (now, step["revision"])
     return {"steps": steps, "wake": min(wake) if wake else None, "standing": standing,
             "evacuate": sorted(evacuate)}
+
+
+def _revision(by_agent: dict[str, Any]) -> int:
+    """The mod_revision of the agent's restarts/ key as read (0: none)."""
+    revision = by_agent.get("mod_revision", 0)
+    return revision if isinstance(revision, int) and not isinstance(revision, bool) else 0
 
 
 def _count(by_agent: dict[str, Any]) -> int:

@@ -107,8 +107,10 @@ def observe(kvs: list[Any], parse) -> dict[str, Any]:
                 data.get("state", "running") if isinstance(data, dict) else "running")
         elif parsed.kind == "restart":
             data = value(kv)
-            if isinstance(data, dict):
-                observed["restarts"].setdefault(parsed.vm, {})[parsed.host] = data
+            # Its revision even when its value is no record: a relocation's claim
+            # compares it (reconciler.py, agent_restart).
+            observed["restarts"].setdefault(parsed.vm, {})[parsed.host] = {
+                **(data if isinstance(data, dict) else {}), "mod_revision": kv.mod_revision}
         elif parsed.kind == "fence":
             observed["hosts"].setdefault(parsed.host, {})["fenced"] = True
         elif parsed.kind == "vm":

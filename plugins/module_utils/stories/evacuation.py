@@ -101,7 +101,12 @@ def plan(status: dict[str, Any], vdm: dict[str, Any], items: list[dict[str, Any]
                 down.append(_marked_down(vms[name], cluster,
                                          "stopped" if wanted == "stopped" else "down"))
             continue
-        if where in failed and record.get("state") in ACTIVE:
+        if where in failed and record.get("state") in ACTIVE and elsewhere:
+            # An HA VM a live host runs (a move that landed there before its source
+            # failed, the record still saying migrating): started elsewhere it would
+            # run twice. Whatever moved it records it there, or the reconciler does.
+            settled.append(name)
+        elif where in failed and record.get("state") in ACTIVE:
             target = failover["targets"].get(name)
             home = view.home(name)
             if (target is None and failover["planned"] and home not in failed

@@ -167,6 +167,14 @@ def _start(step: dict[str, Any], vm: dict[str, Any], item: dict[str, Any],
     target, source = step["to"], step.get("from")
     uri = hosts.get(target, {}).get("uri") or item["uri"]
     claimed = vm_records.claim(vm, vm_records.STARTING, target, cluster, **{"from": source})
+    # Only while the agent of the host it ran on has not written a word on restarting
+    # it in place since the step was decided: the agent's restart holds only while
+    # the record is unchanged, so one etcd transaction or the other wins, never both.
+    agent = step.get("agent_restart")
+    if isinstance(agent, dict) and agent.get("host") in hosts:
+        claimed["if_unchanged"] = {
+            etcd_keys.restart_key(agent["host"], item["name"], cluster=cluster):
+                _revision(agent.get("revision"))}
     # The host it ran on, when alive: asked whether it still runs it, and its dead
     # clients' locks are the ones that may be broken.
     alive = source in hosts and hosts[source].get("alive")
@@ -263,3 +271,10 @@ def outcome(recovery: dict[str, Any], started: list[str], errors: list[str]
         "done": [{k: s[k] for k in ("vm", "action", "from", "to")} for s in done],
         "not_started": [s["vm"] for s in failed],
     }
+
+
+def _revision(value: Any) -> int:
+    """A mod_revision as a step gives it (0: the key was absent)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RecoveryError(f"agent_restart: revision must be 0 or a mod_revision, got {value!r}")
+    return value

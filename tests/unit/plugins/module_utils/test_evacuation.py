@@ -148,6 +148,28 @@ def test_a_vm_whose_return_home_the_failure_cut_short_is_evacuated_unless_its_so
     assert "yasco/web" in done["images"]  # its lock broken, unless a live client holds it
 
 
+def test_an_ha_vm_whose_move_landed_on_a_live_host_is_never_started_a_second_time():
+    """web was live-migrating off hv1 to hv3 (a drain, a rebalance) and landed there,
+    and hv1 crashed before the move was recorded: its record still says migrating on
+    hv1. The plan sends web to hv2 for hv1's failure; a start there would be a second
+    copy beside hv3's. Whatever moved it records it on hv3 (the reconciler confirms
+    it); the evacuation leaves it alone, as it does any HA VM a live host runs."""
+    records = {**{n: {"host": h, "state": "running"} for n, h in VDM["home"].items()},
+               "web": {"host": "hv1", "state": "migrating", "to": "hv3"}}
+    landed = {**{n: [h] for n, h in VDM["home"].items()}, "web": ["hv3"]}
+    done = plan(status(records=records, running=landed), VDM, ITEMS)
+    assert [s["vm"] for s in done["start"]] == ["db"]
+    assert "web" in done["settled"] and "yasco/web" not in done["images"]
+    # A live host running an HA VM that its record does not name there: no start
+    # either. Never two copies; the reconciler reads what runs where.
+    records["web"] = {"host": "hv1", "state": "running"}
+    done = plan(status(records=records, running=landed), VDM, ITEMS)
+    assert [s["vm"] for s in done["start"]] == ["db"]
+    # Running nowhere but on the failed host: started on its target, as before.
+    done = plan(status(records=records, running={**landed, "web": ["hv1"]}), VDM, ITEMS)
+    assert [(s["vm"], s["to"]) for s in done["start"]] == [("db", "hv3"), ("web", "hv2")]
+
+
 def test_two_failed_hosts_are_one_failure_set():
     done = plan(status(alive=("hv3",)), VDM, ITEMS)
     assert done["failed"] == ["hv1", "hv2"]

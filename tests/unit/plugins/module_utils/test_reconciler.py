@@ -315,6 +315,14 @@ def test_the_reconciler_waits_while_the_hosts_agent_restarts_a_vm_in_place():
     # restart under way counts for nothing yet.
     (step,) = decide(observed, memory, policy, now=policy.start_timeout)["steps"]
     assert (step["action"], step["to"]) == ("restart", "hv1")
+    # Only while the agent has said nothing more since (its key as read): the claim
+    # compares it (recovery.py), as the agent's word compares the record.
+    assert step["agent_restart"] == {"host": "hv1", "revision": 0}
+    observed["restarts"]["web"]["hv1"]["mod_revision"] = 41
+    memory = Memory()
+    assert decide(observed, memory, policy, now=0.0)["steps"] == []
+    (step,) = decide(observed, memory, policy, now=policy.start_timeout)["steps"]
+    assert step["agent_restart"] == {"host": "hv1", "revision": 41}
 
 
 def test_the_agents_restarts_in_place_count_against_max_restart():
@@ -367,7 +375,7 @@ def test_observe_reads_etcds_keys():
             kv(etcd_keys.vm_key("web"), '{"host": "hv1", "state": "running"}', 9),
             kv(etcd_keys.requested_key("web"), '{"state": "disabled"}'),
             kv(etcd_keys.requested_key("bad"), '{"state": "sleeping"}'),
-            kv(etcd_keys.restart_key("hv1", "web"), '{"state": "restarted", "count": 1}'),
+            kv(etcd_keys.restart_key("hv1", "web"), '{"state": "restarted", "count": 1}', 7),
             kv(etcd_keys.vdm_ha_key(), __import__("json").dumps(ha_view(vdm)))]
     observed = observe(keys, etcd_keys.parse_key)
     assert observed["hosts"] == {
@@ -377,7 +385,8 @@ def test_observe_reads_etcds_keys():
     assert observed["domains"] == {"hv1": {"web": "paused"}}
     assert observed["records"] == {"web": ({"host": "hv1", "state": "running"}, 9)}
     assert observed["requested"] == {"web": "disabled"}
-    assert observed["restarts"] == {"web": {"hv1": {"state": "restarted", "count": 1}}}
+    assert observed["restarts"] == {"web": {"hv1": {"state": "restarted", "count": 1,
+                                                    "mod_revision": 7}}}
     assert observed["vdm"]["vms"]["web"]["chain"] == ["hv2"]
     assert observed["vdm"]["vms"]["web"]["home"] == "hv1"
 

@@ -37,6 +37,16 @@ def test_a_restart_claims_the_record_it_was_decided_on_and_starts_where_it_died(
     assert start["event"]["kind"] == "restarted"
 
 
+def test_a_claim_holds_only_while_the_agents_word_on_restarting_it_is_as_read():
+    step = {**restart(), "to": "hv2", "action": "relocate",
+            "agent_restart": {"host": "hv1", "revision": 17}}
+    (start,) = recovery.plan([step], alive_status(), ITEMS, "c1")["start"]
+    assert start["claim"]["if_unchanged"] == {"/yasco/c1/hosts/hv1/restarts/web": 17}
+    with pytest.raises(recovery.RecoveryError, match="agent_restart: revision"):
+        recovery.plan([{**step, "agent_restart": {"host": "hv1", "revision": "x"}}],
+                      alive_status(), ITEMS, "c1")
+
+
 def test_a_step_on_a_record_that_changed_since_is_left_alone():
     done = recovery.plan([restart(record={"host": "hv1", "state": "down"}, rev=3)],
                          alive_status(), ITEMS)
