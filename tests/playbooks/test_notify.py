@@ -9,15 +9,20 @@ an evacuation, a return home, a drain and the reconciler's restarts."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import threading
 from email.header import decode_header, make_header
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.handlers import Message
+from aiosmtpd.smtp import AuthResult
 from yasco_lab.inbox import Inbox
 
-from ..ansible_run import ROOT, run_playbook
+from ..ansible_run import BIN, ROOT, run_playbook
 from ..etcd.conftest import closed_port_url, free_port
 
 
@@ -31,11 +36,11 @@ def fixture_receiver() -> Iterator[Inbox]:
 class Mailbox(Message):
     """An SMTP server on a free port; the messages it took, as email.message objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, **options) -> None:
         super().__init__()
         self.messages = []
         self.port = free_port()
-        self.controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        self.controller = Controller(self, hostname="127.0.0.1", port=self.port, **options)
         self.controller.start()
 
     def handle_message(self, message) -> None:
@@ -84,14 +89,81 @@ def test_each_webhook_gets_one_message_in_its_format(tmp_path, receiver):
 
 
 def test_a_webhook_that_is_down_is_named_and_fails_nothing(tmp_path, receiver):
-    dead = closed_port_url() + "/hook"
-    rc, results = notify(tmp_path, [{"url": dead}, {"url": receiver.url + "/up"}])
+    dead = closed_port_url()
+    rc, results = notify(tmp_path, [{"url": dead + "/hook"}, {"url": receiver.url + "/up"},
+                                    {"url": dead + "/named", "name": "pager"}])
     assert rc == 0
     assert [r["path"] for r in receiver.received] == ["/up"]
     warnings = [item["msg"] for r in results for item in r.get("results", [])
                 if "did not reach" in str(item.get("msg", ""))]
-    assert len(warnings) == 1 and dead in warnings[0]
-    assert "check the URL and that the receiver runs (yasco_notify_webhooks)" in warnings[0]
+    assert len(warnings) == 2
+    assert f"did not reach webhook 1 ({dead}): " in warnings[0]
+    assert "did not reach pager: " in warnings[1]
+    assert "check its URL and that the receiver runs (yasco_notify_webhooks)" in warnings[0]
+
+
+class FailingHook:
+    """A webhook that answers every POST with `status`, and says in its answer where it
+    was posted to, as some receivers' errors do."""
+
+    def __init__(self, status: int) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers["Content-Length"]))
+                body = f"no such hook: {self.path}".encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def run_notify_output(tmp_path, webhooks: list[dict], *args: str) -> str:
+    """All that ansible-playbook prints, with its default output, for `notify`."""
+    notify(tmp_path, webhooks)  # writes the play to tmp_path, and checks it runs
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", str(tmp_path / "play.yml"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "ANSIBLE_STDOUT_CALLBACK": "default"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_a_failing_webhook_is_named_without_its_secret(tmp_path):
+    """A Slack or Teams incoming webhook's URL is its secret: a failure names its
+    scheme and host, and neither the playbook's report nor its output at -vvv holds
+    the URL's path, query or user."""
+    secret = "T0SECRET/B0SECRET/xoxSECRETTOKEN"
+    answering = FailingHook(404)
+    try:
+        down = closed_port_url()
+        hooks = [{"url": f"{answering.url}/services/{secret}?token=q{secret[-6:]}"},
+                 {"url": down.replace("//", f"//user:pw{secret[-6:]}@") + f"/services/{secret}",
+                  "format": "text"}]
+        rc, results = notify(tmp_path, hooks)
+        assert rc == 0
+        shown = json.dumps(results) + "".join(run_notify_output(tmp_path, hooks, *verbosity)
+                                              for verbosity in ([], ["-vvv"]))
+        assert "SECRET" not in shown and secret[-6:] not in shown
+        warnings = [item["msg"] for r in results for item in r.get("results", [])
+                    if "did not reach" in str(item.get("msg", ""))]
+        assert len(warnings) == 2
+        assert f"did not reach webhook 1 ({answering.url}): " in warnings[0]
+        assert "404" in warnings[0]
+        assert f"did not reach webhook 2 ({down}): " in warnings[1]
+    finally:
+        answering.close()
 
 
 def test_no_webhook_sends_nothing(tmp_path, receiver):
@@ -128,6 +200,43 @@ def test_a_mail_server_that_is_down_is_named_and_fails_nothing(tmp_path, receive
     warnings = [r["msg"] for r in results if "was not mailed" in str(r.get("msg", ""))]
     assert len(warnings) == 1 and f"127.0.0.1:{port}" in warnings[0]
     assert "check yasco_notify_mail" in warnings[0]
+    assert "m4ilpass" not in json.dumps(results)
+
+
+class ClearMailbox(Mailbox):
+    """An SMTP server that offers AUTH without offering STARTTLS, as a misconfigured
+    relay, or one a man in the middle strips STARTTLS from, does; the credentials it
+    was sent, in `logins`."""
+
+    def __init__(self) -> None:
+        self.logins: list[tuple[bytes, bytes]] = []
+        super().__init__(authenticator=self.authenticate, auth_require_tls=False)
+
+    def authenticate(self, server, session, envelope, mechanism, auth_data) -> AuthResult:
+        self.logins.append((auth_data.login, auth_data.password))
+        return AuthResult(success=True)
+
+
+@pytest.mark.parametrize("secure", ["try", "never", None])
+def test_the_smtp_password_is_never_sent_without_tls(tmp_path, secure):
+    clear = ClearMailbox()
+    try:
+        rc, results = notify(tmp_path, [], mail={
+            "host": "127.0.0.1", "port": clear.port, "username": "yasco",
+            "password": "m4ilpass", "to": ["oncall@example.com"],
+            **({"secure": secure} if secure else {})})
+    finally:
+        clear.controller.stop()
+    assert rc == 0
+    assert clear.logins == [] and clear.messages == []
+    warnings = [r["msg"] for r in results if "was not mailed" in str(r.get("msg", ""))]
+    assert len(warnings) == 1
+    if secure:  # refused before connecting, naming the setting and what to do
+        assert (f"yasco_notify_mail.secure is {secure} with a username and password, which "
+                "would send the password in clear") in warnings[0]
+        assert "set secure to starttls (port 587) or always (SMTPS, port 465)" in warnings[0]
+    else:  # a password requires TLS: this server offers none
+        assert f"StartTLS is not offered on server 127.0.0.1:{clear.port}" in warnings[0]
     assert "m4ilpass" not in json.dumps(results)
 
 
