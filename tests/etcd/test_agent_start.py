@@ -17,6 +17,7 @@ import libvirt
 import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import AgentConfig
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.host_agent import Agent
 
@@ -102,6 +103,23 @@ def test_an_agent_that_registers_keeps_its_ha_domains(etcd, running):
         assert running.active("ha") and not agent.fences
     finally:
         stop_agent(agent)
+
+
+@pytest.mark.parametrize("ttl", [2.5, 4.4])
+def test_the_lease_granted_lasts_at_least_the_ttl_the_self_fence_counts_on(etcd, ttl):
+    """etcd's TTLs are whole seconds; the self-fence comes ttl - margin after a renewal,
+    so a lease granted shorter than ttl (2 for 2.5, 4 for 4.4) could expire first."""
+    config = AgentConfig(host="hv1", endpoints=[etcd.url], cluster=f"t{uuid.uuid4().hex[:8]}",
+                         ttl=ttl, margin=1.0, libvirt_uri=URI)
+    config.check("test")
+    agent = Agent(config)
+    with EtcdClient([etcd.url]) as client:
+        agent.register(client)
+        try:
+            granted = client.lease_info(agent.lease, keys=False).granted_ttl
+        finally:
+            client.revoke_lease(agent.lease)
+    assert granted >= ttl
 
 
 def test_the_fencer_pets_systemds_watchdog_every_second_while_it_runs(

@@ -20,6 +20,11 @@ from ansible_collections.yasco.cluster.plugins.module_utils.agent.storage_probe 
 
 # What a stop of the host may do with its HA VMs (planned_stop.py, docs/agent.md).
 SHUTDOWN_POLICIES = ("conditional", "freeze", "failover", "migrate")
+# The least margin, in seconds, between the self-fence and the lease's earliest
+# expiry: the fencer's 50 ms period, the kills of every HA domain here and a loaded
+# host's scheduling all come out of it (the lab's test lets them take half a second),
+# and the hardware watchdog's reset comes half of it before the expiry.
+MIN_MARGIN = 1.0
 
 
 class ConfigError(Exception):
@@ -114,6 +119,10 @@ class AgentConfig:
         if self.ttl < 2:
             raise ConfigError(f"{where}: ttl {self.ttl} is below 2 s; etcd raises a lease "
                               "below 1.5 x its election timeout anyway")
+        if self.margin < MIN_MARGIN:
+            raise ConfigError(f"{where}: margin {self.margin} must be at least {MIN_MARGIN:g} s, "
+                              "with ttl over twice that: the self-fence needs that long to "
+                              "destroy the HA domains before the lease can expire")
         if self.margin >= self.ttl / 2:
             raise ConfigError(f"{where}: margin {self.margin} must be under half of ttl "
                               f"{self.ttl}, or the agent self-fences between keepalives")
@@ -143,10 +152,23 @@ class AgentConfig:
             raise ConfigError(f"{where}: restart_in_place {self.restart_in_place!r} must be a "
                               "whole number of restarts, 0 for none")
         if self.metrics_listen:
-            try:
-                metrics.parse_listen(self.metrics_listen, f"{where}: metrics_listen")
-            except metrics.MetricsError as err:
-                raise ConfigError(str(err)) from err
+            self.metrics_listen = self._metrics_on_own_address(where)
+
+    def _metrics_on_own_address(self, where: str) -> str:
+        """`metrics_listen` with its address: `:port` is that port on the host's own
+        address (`address`), not on every one; the server runs in the process that
+        fences, and has no business on a tenant or storage network."""
+        try:
+            address, port = metrics.parse_listen(self.metrics_listen, f"{where}: metrics_listen")
+        except metrics.MetricsError as err:
+            raise ConfigError(str(err)) from err
+        if address:
+            return self.metrics_listen
+        if not self.address:
+            raise ConfigError(f"{where}: metrics_listen {self.metrics_listen!r} serves on the "
+                              "host's own address, and address is empty: set address, or "
+                              f"give metrics_listen one (0.0.0.0:{port} for every address)")
+        return f"[{self.address}]:{port}" if ":" in self.address else f"{self.address}:{port}"
 
 
 def load_config(path: str) -> AgentConfig:

@@ -19,6 +19,8 @@ connections, so that none waits on another:
   failure, when its record and requested state say it must run here (agent_restart.py);
 - storage_prober (storage_watch.py): reaches Ceph every PROBE_EVERY seconds
   (storage_probe.py).
+With `metrics_listen`, one more thread serves the metrics (adapters/metrics.py), with
+a bound on its connections and a deadline on each.
 Its configuration is agent_config.py's, its planned stop planned_stop.py's.
 
 Imports nothing of Ansible: it runs on hypervisors from the collection's
@@ -80,6 +82,9 @@ class Agent(Liveness, DomainWatch, PlannedStop, SelfFence):
     def metric_families(self) -> list[metrics.Family]:
         """What the agent knows now, as Prometheus metric families."""
         host = self.config.host
+        # Copies and nothing more under the lock, which the fencer takes every 50 ms:
+        # a scrape must never delay a self-fence. `domains` is replaced, never changed
+        # in place, so it is read without.
         with self.lock:
             held = bool(self.lease)
             age = self.clock() - self.last_ok

@@ -24,6 +24,7 @@ Imports nothing of Ansible: the agent runs it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from typing import Any
 
@@ -58,7 +59,11 @@ class Liveness(StorageWatch):
     def register(self, etcd: EtcdClient) -> None:
         """A new lease and the liveness key under it."""
         sent = self.clock()
-        lease = etcd.grant_lease(int(round(self.config.ttl)))
+        # etcd's TTLs are whole seconds. Rounded, a ttl of 4.4 (or 2.5: round half to
+        # even) would be granted 4 (2): the lease could expire before the self-fence
+        # deadline, which counts from `ttl`. Rounded up, it never can; etcd only ever
+        # raises a TTL (to its minimum), which is just as safe.
+        lease = etcd.grant_lease(lease_seconds(self.config.ttl))
         # What fencing needs once the liveness key is gone: kept, not lease-bound.
         # Written first, without the last clean stop's `stopped`: a registration that
         # fails here is tried again, and a host alive never keeps that word.
@@ -197,6 +202,13 @@ class Liveness(StorageWatch):
             if self.leaving.wait(1.0):
                 return
         self.given_up = 0
+
+
+def lease_seconds(ttl: float) -> int:
+    """The whole seconds of the lease to grant for `ttl`: never fewer than `ttl`, which
+    the self-fence deadline (`ttl - margin` after a keepalive) and the watchdog assume
+    the lease lasts at least."""
+    return math.ceil(ttl)
 
 
 def _boot_id() -> str:

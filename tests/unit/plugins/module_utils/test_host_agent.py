@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils.agent import (
-    host_agent, planned_stop, self_fence)
+    host_agent, liveness, planned_stop, self_fence)
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import (
     AgentConfig, ConfigError)
 
@@ -36,6 +36,12 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
                  "election timeout anyway"),
     ({"ttl": "5"}, "agent.yml: ttl must be a positive number of seconds, got '5'"),
     ({"margin": 0}, "agent.yml: margin must be a positive number of seconds, got 0"),
+    ({"margin": 0.1, "ttl": 4.4}, "agent.yml: margin 0.1 must be at least 1 s, with ttl over "
+                                  "twice that: the self-fence needs that long to destroy the "
+                                  "HA domains before the lease can expire"),
+    ({"margin": 0.9, "ttl": 2}, "agent.yml: margin 0.9 must be at least 1 s, with ttl over "
+                                "twice that: the self-fence needs that long to destroy the "
+                                "HA domains before the lease can expire"),
     ({"ceph_addrs": "10.0.0.1"}, "agent.yml: ceph_addrs must be a list of addresses"),
     ({"keepalive": 2}, "agent.yml: keepalive 2 must be at most a third of ttl 5.0"),
     ({"tll": 5}, "agent.yml: unknown setting(s) tll; known: host, endpoints, cluster, ttl, "
@@ -55,6 +61,9 @@ GOOD = {"host": "hv1", "endpoints": ["http://127.0.0.1:2379"]}
      "or one slow answer from Ceph fences the host"),
     ({"storage_grace": 0}, "agent.yml: storage_grace must be a positive number of seconds, "
                            "got 0"),
+    ({"metrics_listen": ":9731"}, "agent.yml: metrics_listen ':9731' serves on the host's "
+                                  "own address, and address is empty: set address, or give "
+                                  "metrics_listen one (0.0.0.0:9731 for every address)"),
     ({"metrics_listen": "localhost"}, "agent.yml: metrics_listen: 'localhost' is not "
                                       "address:port (e.g. 0.0.0.0:9731, [::]:9731 or :9731); "
                                       "leave it empty to serve no metrics"),
@@ -69,6 +78,25 @@ def test_a_bad_setting_is_named(changes, message):
     with pytest.raises(ConfigError) as err:
         AgentConfig.from_mapping({**GOOD, **changes}, "agent.yml")
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(("address", "listen", "served"), [
+    ("10.0.0.11", ":9731", "10.0.0.11:9731"),
+    ("hv1.mgmt.example.net", ":9731", "hv1.mgmt.example.net:9731"),
+    ("fd00::11", ":9731", "[fd00::11]:9731"),
+    ("10.0.0.11", "0.0.0.0:9731", "0.0.0.0:9731"),  # every address, when asked for
+    ("10.0.0.11", "[::]:9731", "[::]:9731"),
+])
+def test_metrics_without_an_address_are_served_on_the_hosts_own(address, listen, served):
+    config = AgentConfig.from_mapping({**GOOD, "address": address, "metrics_listen": listen},
+                                      "agent.yml")
+    assert config.metrics_listen == served
+
+
+def test_the_lease_granted_is_whole_seconds_never_under_the_ttl():
+    for tenths in range(20, 200):
+        assert liveness.lease_seconds(tenths / 10) >= tenths / 10
+    assert [liveness.lease_seconds(ttl) for ttl in (2, 2.5, 4.4, 5)] == [2, 3, 5, 5]
 
 
 def test_the_watchdog_timeout_defaults_to_the_longest_that_resets_in_time():
