@@ -27,6 +27,9 @@ KIND_COLOURS = {"ha": (0x00, 0x72, 0xB2), "plain": (0x00, 0x9E, 0x73),
 T0 = 1_790_000_000.0
 
 
+AGENT_MARKUP = "<script>alert(1)</script>"
+
+
 def planned_vdm() -> dict:
     problem = load_problem(HOSTS, {"yasco_vms": VMS})
     vdm = vdm_document.build(problem, plan(problem), None)
@@ -41,7 +44,10 @@ def incident(vdm: dict) -> list[dict]:
     home, targets = vdm["home"], vdm["failover"]["hv1"]
     stopped = vdm["preempt"].get("hv1", [])
     timed = [(-600, "started", {"vm": "web1", "host": home["web1"], "by": "provision"}),
-             (0, "fenced", {"host": "hv1", "by": "evacuate"})]
+             (0, "fenced", {"host": "hv1", "by": "evacuate"}),
+             # What a hypervisor's agent writes in the history is its word: markup there
+             # is shown as text.
+             (0.01, "self-fenced", {"host": "hv1", "by": AGENT_MARKUP})]
     timed += [(0.02, "preempted", {"vm": n, "host": home[n], "by": "evacuate"}) for n in stopped]
     timed += [(0.05, "evacuated", {"vm": n, "host": t, "by": "evacuate"})
               for n, t in sorted(targets.items())]
@@ -122,6 +128,7 @@ def test_the_page_embeds_its_pictures_and_names_every_host_and_vm(written):
     tmp, vdm, dummy = written
     page = (tmp / "out" / "report.html").read_text()
     assert "<script" not in page and 'src="http' not in page and "href=" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     embedded = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert len(embedded) == 3  # capacity, failure, timeline
     for data in embedded:
