@@ -4,6 +4,7 @@ ansible-playbook and ansible-rulebook, with nothing of this checkout on their pa
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -56,14 +57,43 @@ def run(installed: dict, *command: str) -> subprocess.CompletedProcess:
 def test_the_tarball_holds_the_collection_and_nothing_of_the_workbench(installed):
     with tarfile.open(installed["tarball"]) as tar:
         names = set(tar.getnames())
-    for wanted in ("MANIFEST.json", "meta/runtime.yml", "plugins/modules/etcd_key.py",
+        shipped_python = {name: tar.extractfile(name).read().decode()
+                          for name in names if name.endswith(".py")}
+    for wanted in ("MANIFEST.json", "COPYING", "meta/runtime.yml", "plugins/modules/etcd_key.py",
                    "extensions/eda/plugins/event_source/etcd_hosts.py", "rulebooks/ha.yml",
-                   "playbooks/evacuate.yml", "roles/agent/tasks/main.yml", "docs/security.md"):
+                   "playbooks/evacuate.yml", "roles/agent/tasks/main.yml", "docs/security.md",
+                   "CHANGELOG.md", "changelogs/changelog.yaml",
+                   "tests/unit/plugins/modules/test_libvirt_domain.py"):
         assert wanted in names, wanted
     tops = {name.split("/")[0] for name in names}
     assert not tops & {".venv", ".ansible", ".hypothesis", ".pytest_cache", ".ruff_cache",
-                       "lab", "scripts", "collections"}, tops
-    assert not [n for n in names if "__pycache__" in n or n.startswith("inventories/lab/hosts")]
+                       ".ci", ".ansible-lint", ".gitignore", "ansible.cfg", "pytest.ini",
+                       "Makefile", "lab", "scripts", "collections", "benchmarks", "molecule",
+                       "environments", "requirements", "requirements.txt",
+                       "execution-environment.yml", "decision-environment.yml"}, tops
+    assert not [n for n in names if "__pycache__" in n or n.startswith(
+        ("inventories/lab", "changelogs/fragments"))]
+    # Of the tests, the unit tests alone (ansible-test units), with the helper they
+    # import; the rest need this checkout's venv, a real etcd or the lab.
+    assert {n for n in names if n.startswith("tests/") and n.split("/")[1] != "unit"} == {
+        "tests/__init__.py", "tests/ansible_run.py"}
+    for name, source in shipped_python.items():
+        nodes = list(ast.walk(ast.parse(source)))
+        imported = {alias.name for node in nodes if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module for node in nodes
+                     if isinstance(node, ast.ImportFrom) and node.module}
+        assert not {m for m in imported if m.split(".")[0] == "yasco_lab"}, name
+
+
+def test_the_tarball_carries_the_license_galaxy_yml_names(installed):
+    with tarfile.open(installed["tarball"]) as tar:
+        copying = tar.extractfile("COPYING").read().decode()
+        info = json.load(tar.extractfile("MANIFEST.json"))["collection_info"]
+    assert info["license"] == ["GPL-3.0-or-later"]
+    assert copying == (ROOT / "COPYING").read_text()
+    assert copying.split("\n", 2)[:2] == [" " * 20 + "GNU GENERAL PUBLIC LICENSE",
+                                          " " * 23 + "Version 3, 29 June 2007"]
 
 
 @pytest.mark.parametrize("kind", ["module", "lookup", "inventory", "filter", "test"])
@@ -80,9 +110,29 @@ def test_ansible_doc_renders_every_plugin_from_the_installed_collection(installe
 
 
 def test_ansible_playbook_runs_the_playbooks_by_fqcn(installed):
+    playbooks = sorted((ROOT / "playbooks").glob("*.yml"))
+    assert len(playbooks) > 20
     checked = run(installed, "ansible-playbook", "-i", "localhost,", "--syntax-check",
-                  f"{FQCN}.evacuate", f"{FQCN}.return_home", f"{FQCN}.status")
+                  *[f"{FQCN}.{path.stem}" for path in playbooks])
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_ansible_doc_documents_every_role_and_its_arguments_from_the_installed_collection(
+        installed):
+    roles = sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/tasks/main.yml"))
+    assert roles
+    shown = run(installed, "ansible-doc", "-t", "role", "--json",
+                *[f"{FQCN}.{role}" for role in roles])
+    assert shown.returncode == 0, shown.stderr
+    docs = json.loads(shown.stdout)
+    assert sorted(docs) == [f"{FQCN}.{role}" for role in roles]
+    for role in roles:
+        spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml"
+                               ).read_text())["argument_specs"]["main"]
+        shown_main = docs[f"{FQCN}.{role}"]["entry_points"]["main"]
+        assert shown_main["short_description"] == spec["short_description"], role
+        assert sorted(shown_main["options"]) == sorted(spec["options"]), role
+        assert docs[f"{FQCN}.{role}"]["path"].startswith(str(installed["collections"]))
 
 
 def test_ansible_rulebook_finds_the_rulebooks_and_the_event_source_by_fqcn(installed):

@@ -82,7 +82,8 @@ COVERAGE = [
     Covered(PLAYBOOK + r"plan\.yml( \[--check --diff\])?", r'"plan\.yml"',
             ("tests/playbooks/test_plan.py::test_plan_writes_a_valid_map_and_a_second_run_changes_nothing",
              "tests/playbooks/test_plan.py::test_check_mode_shows_the_diff_and_writes_nothing")),
-    Covered(r"/usr/bin/etcd --data-dir /tmp/yasco-etcd-demo .*&|export YASCO_ETCD_ENDPOINTS=\S+"
+    Covered(r"/usr/bin/etcd --data-dir /tmp/yasco-etcd-demo .*&"
+            r"|export YASCO_ETCD_(ENDPOINTS|ALLOW_INSECURE)=\S+"
             r"|cat > /tmp/demo\.etcd\.yml <<'EOF'",
             r'(?=.*"etcd\.md")(?=.*Trying them)',
             ("tests/etcd/test_etcd_docs_walkthrough.py::test_the_walkthrough_runs_as_written",)),
@@ -123,8 +124,8 @@ COVERAGE = [
             (HA + "test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets",
              HA + "test_a_flapping_host_gets_nothing_back_and_a_failure_during_its_return_is_evacuated")),  # noqa: E501 - a test's node id
     Covered(PLAYBOOK + r"drain\.yml -e yasco_host=hv\d( \[-e yasco_drain_reason=\S+\])?",
-            r'playbook\("drain", ha\["inventory"\], yasco_host=host\)',
-            (HA + "test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_back",)),  # noqa: E501 - a test's node id
+            r'playbook\("drain", ha\["inventory"\], yasco_host="hv2"\)',
+            (HA + "test_a_failure_while_a_host_is_drained_gives_it_nothing_and_undrain_restarts_the_rest",)),  # noqa: E501 - a test's node id
     Covered(PLAYBOOK + r"undrain\.yml -e yasco_host=hv\d",
             r'playbook\("undrain", ha\["inventory"\], yasco_host=host\)',
             (HA + "test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_back",)),  # noqa: E501 - a test's node id

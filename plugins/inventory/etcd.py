@@ -73,7 +73,7 @@ endpoints:
 ca_cert: /etc/yasco/etcd-ca.pem
 client_cert: /etc/yasco/etcd-client.pem
 client_key: /etc/yasco/etcd-client-key.pem
-
+---
 # lab.etcd.yml: endpoints from YASCO_ETCD_ENDPOINTS, groups by the agent's version
 plugin: yasco.cluster.etcd
 cluster: lab
