@@ -39,7 +39,8 @@ sys.path.insert(0, str(ROOT / "lab"))
 # pylint: disable=wrong-import-position
 from yasco_lab.watchdog import Watchdog  # noqa: E402
 
-from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys  # noqa: E402
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters import (  # noqa: E402
+    etcd_errors, etcd_keys)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import (  # noqa: E402
     EtcdClient)
 
@@ -135,6 +136,9 @@ def main() -> int:
     parser.add_argument("--baseline-runs", type=int, default=5,
                         help="runs per fault without it (default 5)")
     args = parser.parse_args()
+    # Its own throwaway etcd has neither TLS nor users: the lab-only switch, for this
+    # process and the agents it starts.
+    os.environ[etcd_errors.ALLOW_INSECURE] = "1"
     root = Path(tempfile.mkdtemp(prefix="yasco-bench-fencing-"))
     process, endpoint = start_etcd(root)
     rows = []

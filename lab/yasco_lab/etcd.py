@@ -2,8 +2,9 @@
 
 A member's data directory lives with its host's disk, so a crashed host's member
 rejoins with its data on `boot`, and a partitioned member loses quorum alone. Client
-and peer ports speak TLS and require a certificate from the lab's CA, and
-authentication is on, with YASCO's roles (credentials.py).
+and peer ports speak TLS and require a certificate, each from a CA of its own: the
+client port the clients' CA, the peer port the peers' CA and the members' common name
+(credentials.py). Authentication is on, with YASCO's roles.
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ def member_command(host: HostLayout, cluster: list[HostLayout]) -> list[str]:
     """The etcd command line of `host`'s member. On a restart with existing data, etcd
     ignores the --initial-* flags and rejoins with the identity it has on disk."""
     initial = ",".join(f"{h.name}={h.etcd_peer_url}" for h in cluster)
-    member = credentials.etcd_member(host)
-    ca = str(credentials.ca().cert)
+    member, peer = credentials.etcd_member(host), credentials.etcd_peer(host)
     return [
         "etcd",
         "--name", host.name,
@@ -65,9 +65,13 @@ def member_command(host: HostLayout, cluster: list[HostLayout]) -> list[str]:
         "--election-timeout", str(ELECTION_TIMEOUT_MS),
         "--logger", "zap",
         "--cert-file", str(member.cert), "--key-file", str(member.key),
-        "--client-cert-auth", "--trusted-ca-file", ca,
-        "--peer-cert-file", str(member.cert), "--peer-key-file", str(member.key),
-        "--peer-client-cert-auth", "--peer-trusted-ca-file", ca,
+        "--client-cert-auth", "--trusted-ca-file", str(credentials.ca().cert),
+        # As docs/production.md sets them: the peer port admits a certificate of the
+        # peers' CA carrying the members' common name, never a client's, since raft
+        # applies what comes in there without authentication.
+        "--peer-cert-file", str(peer.cert), "--peer-key-file", str(peer.key),
+        "--peer-client-cert-auth", "--peer-trusted-ca-file", str(credentials.peer_ca().cert),
+        "--peer-cert-allowed-cn", credentials.PEER_CN,
         *housekeeping_flags(),
     ]
 

@@ -110,7 +110,7 @@ def _install_migration_certificates(host: HostLayout, directory: Path) -> None:
     incoming migrations and identifies it on outgoing ones."""
     directory.mkdir(parents=True, exist_ok=True)
     mine = credentials.qemu_certificate(host)
-    for source, name in ((credentials.ca().cert, "ca-cert.pem"),
+    for source, name in ((credentials.qemu_ca().cert, "ca-cert.pem"),
                          (mine.cert, "server-cert.pem"), (mine.key, "server-key.pem"),
                          (mine.cert, "client-cert.pem"), (mine.key, "client-key.pem")):
         if name.endswith("key.pem"):
@@ -153,8 +153,10 @@ Subsystem sftp /usr/lib/openssh/sftp-server
 """)
 
 
-def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
-    """Mount the host's private directories and start its services (not waiting)."""
+def boot(node: Node, host: HostLayout, cluster: list[HostLayout], agent: bool = True) -> None:
+    """Mount the host's private directories and start its services (not waiting); its
+    agent too unless `agent` is False (`up` starts the agents once etcd's
+    authentication is on: an agent refuses an etcd without it)."""
     mounts = "\n".join(f"mkdir -p {target} && mount --bind {host.root / sub} {target}"
                        for sub, target in _PRIVATE_DIRS)
     # The agent runs from this checkout; one under /tmp, /run or /root (a CI clone) would be
@@ -193,7 +195,8 @@ def boot(node: Node, host: HostLayout, cluster: list[HostLayout]) -> None:
     node.start_daemon("libvirtd", log=logs / "libvirtd.out")
     node.start_daemon("/usr/sbin/sshd", "-D", "-e", "-f", str(host.root / "sshd_config"),
                       log=logs / "sshd.log")
-    start_agent(node, host, cluster)
+    if agent:
+        start_agent(node, host, cluster)
 
 
 # Longer than the product's 5 s: an etcd election on this two-core machine, loaded by

@@ -196,9 +196,13 @@ def _bring_up(hosts: list[HostLayout], log: Log) -> LabState:
             "(etcd member, libvirtd, sshd)")
         nodes = {}
         for host in hosts:
-            nodes[host.name] = _start_host(host, hosts, state)
+            nodes[host.name] = _start_host(host, hosts, state, agent=False)
         etcd.wait_healthy(hosts, timeout=60)
         etcd.enable_access(hosts)
+        # Only now: every client of YASCO, the agents among them, refuses an etcd
+        # whose authentication is off, and an agent that cannot register self-fences.
+        for host in hosts:
+            hypervisor.start_agent(nodes[host.name], host, hosts)
         for host in hosts:
             hypervisor.wait_ready(nodes[host.name], host, timeout=60)
         log(f"starting the hosts' BMCs (IPMI at {controller_address()}, ports "
@@ -250,15 +254,17 @@ def _virt_type(image: canary.CanaryImage) -> str:
     return virt_type
 
 
-def _start_host(host: HostLayout, cluster: list[HostLayout], state: LabState) -> node.Node:
-    """Power a hypervisor on: a new node, its link, its mounts and its services."""
+def _start_host(host: HostLayout, cluster: list[HostLayout], state: LabState,
+                agent: bool = True) -> node.Node:
+    """Power a hypervisor on: a new node, its link, its mounts and its services, its
+    agent among them unless `agent` is False."""
     if not (host.root / "sshd_config").exists():
         hypervisor.prepare(host, state.ceph_fsid)
     n = node.spawn(host.name, host.run / "node.log")
     state.remember(n)
     state.save()
     node.attach(n, host.veth, host.address, PREFIX_LEN, host.name)
-    hypervisor.boot(n, host, cluster)
+    hypervisor.boot(n, host, cluster, agent=agent)
     return n
 
 

@@ -147,7 +147,7 @@ def ceph_hypervisor_keyring_path() -> Path:
 
 
 def pki_dir() -> Path:
-    """The lab's CA, certificates, keys and etcd passwords (credentials.py)."""
+    """The lab's CAs, certificates, keys and etcd passwords (credentials.py)."""
     return state_dir() / "pki"
 
 

@@ -1,15 +1,22 @@
-"""The lab's certificate authority and credentials, made at `up` with openssl.
+"""The lab's certificate authorities and credentials, made at `up` with openssl.
 
-One CA signs every certificate of the lab:
+Three CAs, so that a certificate admits its holder where it belongs and nowhere else
+(credentials.py issues them):
 
-- `etcd-<host>`: each etcd member's server and peer certificate (it is also the
-  client certificate etcd's own JSON gateway presents to its gRPC server);
-- `qemu-<host>`: each hypervisor's QEMU migration certificate, server and client,
-  so that a live migration runs over TLS that both ends verify;
-- one client certificate per etcd user: `agent-<host>`, `controller`, `watcher`,
-  `reader` and `root`. They carry no common name: while authentication is on, etcd's
-  gateway refuses a client certificate with one (it would be ignored, not used as
-  the user). The certificate admits the client; the user's password says who it is.
+- `ca`, etcd's clients' CA: each member's server certificate `etcd-<host>` (also
+  the client certificate etcd's own JSON gateway presents to its gRPC server), and
+  one client certificate per etcd user: `yasco-agent-<host>`, `yasco-controller`,
+  `yasco-watcher`, `yasco-reader` and `root`. They carry no common name: while
+  authentication is on, etcd's gateway refuses a client certificate with one (it
+  would be ignored, not used as the user). The certificate admits the client; the
+  user's password says who it is;
+- `etcd-peer-ca`, etcd's peers' CA: each member's peer certificate
+  `etcd-peer-<host>`, all with the one common name members accept from each other
+  (`--peer-cert-allowed-cn`). No client certificate opens the peer port, where
+  authentication does not apply;
+- `qemu-ca`, the QEMU migration CA: each hypervisor's certificate `qemu-<host>`,
+  server and client, so that a live migration runs over TLS that both ends verify,
+  and nothing of etcd's opens a migration port.
 
 Private keys and passwords are written 0600 and never printed. `up` makes them
 afresh; `down` removes them with the rest of the lab.

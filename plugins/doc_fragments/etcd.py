@@ -23,9 +23,11 @@ class ModuleDocFragment:
 options:
   endpoints:
     description:
-      - The client URLs of etcd's members, such as V(http://10.0.0.1:2379) or
+      - The client URLs of etcd's members, such as V(https://10.0.0.1:2379) or
         V(https://etcd1.example.com:2379), tried in this order. A request goes to the
         first that answers; when that one stops answering, to the next.
+      - A V(http) URL is refused, naming it, unless E(YASCO_ETCD_ALLOW_INSECURE=1) is
+        in the environment, which is for a lab's or a test's throwaway etcd alone.
       - When not set, the comma-separated list in the environment variable
         E(YASCO_ETCD_ENDPOINTS) is used.
       - Set it for all etcd modules at once with C(module_defaults) and the action
@@ -53,8 +55,10 @@ options:
     type: path
   username:
     description:
-      - The etcd user to authenticate as, when etcd has authentication enabled.
-        Requires O(password).
+      - The etcd user to authenticate as. Requires O(password).
+      - Without it, and against an etcd whose authentication is off, every request
+        is refused, naming the endpoint, unless E(YASCO_ETCD_ALLOW_INSECURE=1) is in
+        the environment, which is for a lab's or a test's throwaway etcd alone.
       - When not set, the environment variable E(YASCO_ETCD_USERNAME) is used.
     type: str
   password:

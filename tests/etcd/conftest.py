@@ -14,6 +14,12 @@ The three start together; short heartbeat and election timeouts make each its ow
 leader within a fraction of a second and let leases as short as 1 s live 1 s.
 Tests keep to keys under a prefix of their own, so they do not see each other's keys.
 
+None of them is run as YASCO's production etcd is (TLS and authentication both), which
+every client refuses (adapters/etcd.py): the tests here run with the lab-only switch
+YASCO_ETCD_ALLOW_INSECURE=1 in os.environ (`lab_switch`), which the commands they
+start (ansible-playbook, ansible-rulebook, agents) inherit. A test of a refusal takes
+it out (`secure_only`).
+
 Modules and plugins are run as an operator runs them: `playbook` runs
 ansible-playbook on localhost and returns each task's result from the JSON callback.
 """
@@ -38,6 +44,8 @@ import yaml
 from yasco_lab import pki
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd import EtcdClient
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    ALLOW_INSECURE)
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -208,6 +216,21 @@ def stop(started: Started) -> None:
         started.process.wait(timeout=10)
 
 
+@pytest.fixture(name="lab_switch", scope="package", autouse=True)
+def fixture_lab_switch() -> Iterator[None]:
+    """The lab-only switch, on for the tests of this package alone: the lab's tests,
+    whose etcd runs with TLS and users, must never need it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ALLOW_INSECURE, "1")
+        yield
+
+
+@pytest.fixture(name="secure_only")
+def fixture_secure_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the lab-only switch, for this test and the commands it starts."""
+    monkeypatch.delenv(ALLOW_INSECURE, raising=False)
+
+
 @pytest.fixture(name="etcd_servers", scope="session")
 def fixture_etcd_servers(
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, EtcdServer]]:
@@ -287,9 +310,10 @@ class PlaybookRun:
 
 def ansible_env(**extra: str) -> dict[str, str]:
     """The environment of an Ansible command run as an operator runs it, with no etcd
-    settings leaking in from the environment of the test run."""
+    settings leaking in from the environment of the test run but the lab-only switch,
+    where a test has it on."""
     env = {name: value for name, value in os.environ.items()
-           if not name.startswith("YASCO_ETCD_")}
+           if not name.startswith("YASCO_ETCD_") or name == ALLOW_INSECURE}
     env.update({"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
     env.update(extra)

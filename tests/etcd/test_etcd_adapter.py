@@ -261,7 +261,7 @@ def test_when_every_endpoint_is_down_each_is_named():
                                  "http://10.0.0.1:2379/v3", "http://10.0.0.1:port"])
 def test_an_endpoint_that_is_not_a_url_is_refused_naming_it(url):
     with pytest.raises(EtcdError, match=f"endpoints: '{url}' is not a URL like "
-                                        f"http://10.0.0.1:2379"):
+                                        f"https://10.0.0.1:2379"):
         EtcdClient([url])
 
 

@@ -176,7 +176,7 @@ def test_an_unreachable_etcd_is_reported_naming_it(tmp_path):
 @pytest.mark.parametrize("option, value, message", [
     ("cluster", "a/b", "cluster.etcd.yml: cluster name 'a/b': must not contain '/'"),
     ("endpoints", ["etcd1:2379"], "endpoints: 'etcd1:2379' is not a URL like "
-                                  "http://10.0.0.1:2379"),
+                                  "https://10.0.0.1:2379"),
     ("timeout", "soon", "Config 'timeout'"),
 ])
 def test_a_bad_option_is_reported_naming_it(etcd, tmp_path, option, value, message):

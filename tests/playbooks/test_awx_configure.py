@@ -32,6 +32,8 @@ from ansible_rulebook.util import render_string
 from ansible_collections.awx.awx.plugins.module_utils.controller_api import ControllerModule
 from ansible_collections.yasco.cluster.plugins.inventory import etcd as etcd_inventory
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    ALLOW_INSECURE)
 
 from ..ansible_run import BIN, ROOT, run_playbook
 from ..etcd import conftest as etcd_conftest
@@ -404,13 +406,15 @@ def injected(ctype: dict[str, Any], inputs: dict[str, str], directory: Path) -> 
 
 @pytest.mark.parametrize("server", ["tls", "auth"])
 def test_the_etcd_inventory_source_lists_the_cluster_with_what_its_credential_injects(
-        rendered, etcd_servers, server, tmp_path):
+        rendered, etcd_servers, server, tmp_path, monkeypatch):
     """The etcd source as AWX runs it: ansible-inventory on the project's file, with the
     source's variables and the reader credential's injectors as its environment,
     against a real etcd: one that checks the files (TLS with a client certificate; it
     has no users, so the user's inputs are left empty here), one that checks the user
     (plain HTTP, so the files it is given are not used)."""
     etcd = etcd_servers[server]
+    # Neither has both TLS and users: the lab-only switch, which ansible_env passes on.
+    monkeypatch.setenv(ALLOW_INSECURE, "1")
     (source,) = [args for args in calls_of(rendered, "awx.awx.inventory_source")
                  if args["name"] == "YASCO etcd"]
     (ctype,) = [args for args in calls_of(rendered, "awx.awx.credential_type")

@@ -27,7 +27,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_data i
     KeyValue, Lease, SwapResult, WatchEvent, decode, encode, header_revision, prefix_range,
     watch_batch)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
-    COMPACTED, CREDENTIALS, EtcdError, LeaseGone, Unsure)
+    ALLOW_INSECURE, COMPACTED, CREDENTIALS, EtcdError, LeaseGone, Unsure, insecure_setup)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_gateway import (
     HAS_ETCD3GW, Gateway)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
@@ -48,12 +48,18 @@ class EtcdClient:
     is retried elsewhere only when repeating it is harmless (reads, plain puts and
     deletes) or guarded (a compare-and-swap, tried once more), never a lease grant.
     One client per thread.
+
+    It refuses an etcd that is not run as docs/security.md says: an endpoint over
+    plain http or no username, here; authentication found off, at the first request.
+    `allow_insecure` lets it talk to such an etcd, a lab's or a test's: by default,
+    whether YASCO_ETCD_ALLOW_INSECURE=1 is in the environment (`insecure_allowed`).
     """
 
     def __init__(self, endpoints: Sequence[str], *, ca_cert: str | None = None,
                  client_cert: str | None = None, client_key: str | None = None,
                  username: str | None = None, password: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT,
+                 allow_insecure: bool | None = None) -> None:
         if not HAS_ETCD3GW:
             raise EtcdError("the Python library etcd3gw is missing on this host: "
                             "pip install etcd3gw")
@@ -63,7 +69,7 @@ class EtcdClient:
         if not endpoints:
             raise EtcdError("endpoints: none given: set endpoints (yasco_etcd_endpoints, "
                             "YASCO_ETCD_ENDPOINTS) to etcd's client URLs, such as "
-                            "http://10.0.0.1:2379")
+                            "https://10.0.0.1:2379")
         if timeout is None or timeout <= 0:
             raise EtcdError(f"timeout: must be a positive number of seconds, got {timeout}")
         for option, path in (("ca_cert", ca_cert), ("client_cert", client_cert),
@@ -77,8 +83,15 @@ class EtcdClient:
         cert = (client_cert, client_key) if client_key else client_cert
         self.timeout = float(timeout)
         self.username = username
+        if allow_insecure is None:
+            allow_insecure = insecure_allowed()
         self._gateway = Gateway(endpoints, self.timeout, ca_cert or True, cert or None,
-                                username, password)
+                                username, password, allow_insecure=allow_insecure)
+        refused = None if allow_insecure else insecure_setup(
+            [(member.url, member.secure) for member in self._gateway.members], username)
+        if refused is not None:
+            self._gateway.close()
+            raise refused
 
     def __enter__(self) -> EtcdClient:
         return self
@@ -352,6 +365,12 @@ class EtcdClient:
         member at a time."""
         self._gateway.request("defragment", "/maintenance/defragment", {},
                               repeatable=False)
+
+
+def insecure_allowed() -> bool:
+    """Whether the environment says this is a lab, whose etcd may run without TLS or
+    authentication: YASCO_ETCD_ALLOW_INSECURE=1 (or true, yes)."""
+    return os.environ.get(ALLOW_INSECURE, "").strip().lower() in ("1", "true", "yes")
 
 
 def _key(key: str) -> str:

@@ -8,8 +8,9 @@ endpoints and says what to do: `NoSpace` and `Compacted` are the two a caller ac
 on. Inside the client, one endpoint's failure is a `Failure` (why, and what to
 check), carried by `Unavailable` when another endpoint may take the request, and
 `NoAnswer` when it was sent and may have been applied. Here too are the texts etcd
-answers with, told apart by their words, and the diagnosis of a connection that
-failed (refused, unresolved, TLS), from the exceptions requests wraps.
+answers with, told apart by their words, the diagnosis of a connection that
+failed (refused, unresolved, TLS), from the exceptions requests wraps, and the refusal
+of an etcd without TLS or authentication (unless ALLOW_INSECURE is set, in a lab).
 Like the client, it imports nothing of Ansible.
 """
 
@@ -52,6 +53,12 @@ _CA_ADVICE = ("check that ca_cert (yasco_etcd_ca_cert) is the CA that signed etc
 _TLS_ADVICE = ("check ca_cert, client_cert and client_key (yasco_etcd_ca_cert, "
                "yasco_etcd_client_cert, yasco_etcd_client_key) and the endpoint's scheme")
 CREDENTIALS = "username and password (yasco_etcd_username, yasco_etcd_password)"
+# The lab-only switch under which the client talks to an etcd without TLS or
+# authentication: set to 1 in the environment of the playbooks, the rulebook or the
+# agent. Never in production: whoever reaches such an etcd owns the cluster.
+ALLOW_INSECURE = "YASCO_ETCD_ALLOW_INSECURE"
+INSECURE_ADVICE = (f"for a lab's or a test's throwaway etcd only, set {ALLOW_INSECURE}=1 "
+                   f"in the environment of ansible-playbook, ansible-rulebook or the agent")
 
 
 class EtcdError(Exception):
@@ -138,6 +145,34 @@ def refusal(url: str, action: str, text: str, lease: int, username: str | None) 
                          f"denied: grant the user a role that allows it "
                          f"(etcdctl role grant-permission)")
     return EtcdError(f"etcd at {url}: {action} failed: {text}")
+
+
+def insecure_setup(endpoints: list[tuple[str, bool]], username: str | None) -> EtcdError | None:
+    """The EtcdError that refuses a client of `endpoints`, each (url, whether it speaks
+    https), as `username`; None when both are as YASCO's etcd runs: TLS and a user."""
+    plain = [url for url, secure in endpoints if not secure]
+    problems = []
+    if plain:
+        problems.append("plain http sends the password, its token and every key in clear, "
+                        "and nothing proves the server is your etcd: use https:// endpoints "
+                        "with ca_cert, client_cert and client_key (yasco_etcd_endpoints, "
+                        "yasco_etcd_ca_cert, yasco_etcd_client_cert, yasco_etcd_client_key)")
+    if not username:
+        problems.append("no username is given, while YASCO's etcd runs with authentication "
+                        f"on and each part as a user of its own: set {CREDENTIALS}")
+    if not problems:
+        return None
+    named = ", ".join(plain or [url for url, dummy in endpoints])
+    return EtcdError(f"etcd at {named}: refused: {'; and '.join(problems)}; "
+                     f"docs/security.md has the setup; {INSECURE_ADVICE}")
+
+
+def auth_disabled(url: str) -> EtcdError:
+    """The EtcdError that refuses an etcd at `url` whose authentication is off."""
+    return EtcdError(f"etcd at {url}: refused: authentication is not enabled there, so "
+                     f"any client it admits may read and write every key, a fence or a "
+                     f"placement among them: enable it (etcdctl auth enable, "
+                     f"docs/production.md section 1); {INSECURE_ADVICE}")
 
 
 def error_text(err: BaseException) -> str | None:

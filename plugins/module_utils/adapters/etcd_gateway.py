@@ -37,8 +37,8 @@ else:
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
     AUTH_DISABLED, BAD_PASSWORD, BAD_TOKEN, CN_REFUSED, CREDENTIALS, NO_USER, REACH_ADVICE,
-    EtcdError, Failure, NoAnswer, Unavailable, Unsure, connect_failure, error_text, refusal,
-    seconds, unreachable)
+    EtcdError, Failure, NoAnswer, Unavailable, Unsure, auth_disabled, connect_failure,
+    error_text, refusal, seconds, unreachable)
 
 # Connecting to a member on the cluster's network takes milliseconds; one that does
 # not accept in a second is down (a dead host's address can take seconds to fail),
@@ -51,7 +51,7 @@ Answer = TypeVar("Answer")
 
 def _endpoint(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an endpoint URL such as https://10.0.0.1:2379."""
-    problem = (f"endpoints: {url!r} is not a URL like http://10.0.0.1:2379 or "
+    problem = (f"endpoints: {url!r} is not a URL like https://10.0.0.1:2379 or "
                f"https://etcd1.example.com:2379")
     try:
         parsed = urllib.parse.urlsplit(url.strip())
@@ -74,6 +74,7 @@ class Member:
         scheme, host, port = _endpoint(url)
         self.address = (host, port)
         self.url = url.strip().rstrip("/")
+        self.secure = scheme == "https"
         self.session = requests.Session()
         # Proxies are for the internet; etcd is on the cluster's network, and an
         # execution environment's HTTP_PROXY must not swallow its requests.
@@ -94,14 +95,16 @@ class Member:
 class Gateway:
     """The members of one etcd cluster, given by their endpoint URLs, and the one
     requests go to now (`current`): the one that last answered. `verify` and `cert`
-    are requests' (the CA, or True; the client certificate, or with its key)."""
+    are requests' (the CA, or True; the client certificate, or with its key). A member
+    whose authentication is off is refused unless `allow_insecure` (a lab's)."""
 
     def __init__(self, endpoints: list[str], timeout: float, verify: str | bool,
                  cert: str | tuple[str, str] | None, username: str | None,
-                 password: str | None) -> None:
+                 password: str | None, *, allow_insecure: bool = False) -> None:
         self.timeout = timeout
         self.username = username
         self._password = password
+        self.allow_insecure = allow_insecure
         self.members = [Member(url, timeout, verify, cert) for url in endpoints]
         self.current = 0
         self._picked = False
@@ -286,7 +289,9 @@ class Gateway:
         except gateway_errors.Etcd3Exception as err:
             text = error_text(err) or ""
             if text.startswith(AUTH_DISABLED):
-                # Nothing to authenticate against: every request is allowed anyway.
+                # Every request would be allowed, whoever sends it: a lab's etcd at best.
+                if not self.allow_insecure:
+                    raise auth_disabled(member.url) from None
                 member.authenticated = True
                 return
             if text.startswith(BAD_PASSWORD):

@@ -106,3 +106,9 @@ class AgentState:
         return EtcdClient(c.endpoints, ca_cert=c.ca_cert, client_cert=c.client_cert,
                           client_key=c.client_key, username=c.username, password=c.password,
                           timeout=min(1.0, c.ttl / 5))
+
+    def check_etcd_settings(self) -> None:
+        """Raise the EtcdError every client of the agent would, before any thread
+        starts: an etcd over plain http or without a user is refused (adapters/etcd.py),
+        and the agent exits saying why rather than each thread failing on its own."""
+        self._client().close()

@@ -7,7 +7,8 @@ yasco-agent by the role yasco.cluster.agent (and by the lab on its hypervisors):
 
 The agent itself is plugins/module_utils/agent/ of the collection (host_agent.py puts
 it together; agent_config.py reads its configuration), imported from YASCO_AGENT_LIB
-(where the role installs it). Exits 2 on a bad configuration.
+(where the role installs it). Exits 2 on a bad configuration, an etcd over plain http
+or without a user among them.
 """
 
 import argparse
@@ -24,7 +25,7 @@ sys.path.insert(0, os.environ.get("YASCO_AGENT_LIB", "/usr/lib/yasco-agent"))
 from ansible_collections.yasco.cluster.plugins.module_utils.agent import (  # noqa: E402
     agent_config, agent_state, host_agent)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import (  # noqa: E402
-    libvirt as lv)
+    etcd_errors, libvirt as lv)
 # pylint: enable=wrong-import-position
 
 
@@ -46,6 +47,11 @@ def main(argv=None):
         return 2
     config.address = config.address or socket.gethostname()
     agent = host_agent.Agent(config)
+    try:
+        agent.check_etcd_settings()
+    except etcd_errors.EtcdError as err:
+        sys.stderr.write(f"yasco-agent: {err}\n")
+        return 2
     # The handlers only ask: stopping talks to etcd, which a signal handler must not.
     asked = threading.Event()
     signal.signal(signal.SIGTERM, lambda *dummy: asked.set())

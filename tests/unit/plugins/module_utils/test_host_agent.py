@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors import (
+    ALLOW_INSECURE)
 from ansible_collections.yasco.cluster.plugins.module_utils.agent import (
     host_agent, liveness, planned_stop, self_fence)
 from ansible_collections.yasco.cluster.plugins.module_utils.agent.agent_config import (
@@ -170,6 +172,22 @@ def test_the_agent_exits_2_on_a_bad_configuration_is_refused_naming_the_setting(
                               "configuration: No such file or directory\n")
 
 
+def test_the_agent_exits_2_on_an_etcd_over_plain_http_without_a_user_naming_the_switch(
+        tmp_path):
+    config = tmp_path / "agent.yml"
+    config.write_text("host: hv1\nendpoints: [http://127.0.0.1:2379]\n"
+                      "libvirt_uri: test:///default\n")
+    done = subprocess.run([sys.executable, AGENT, "--config", config], capture_output=True,
+                          text=True, env={"YASCO_AGENT_LIB": str(COLLECTIONS)}, check=False,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("yasco-agent: etcd at http://127.0.0.1:2379: refused: "
+                                  "plain http sends the password"), done.stderr
+    assert "no username is given" in done.stderr
+    assert f"set {ALLOW_INSECURE}=1 in the environment" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_with_etcd_out_of_reach_the_agent_keeps_retrying_and_stops_cleanly(tmp_path):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
@@ -178,9 +196,9 @@ def test_with_etcd_out_of_reach_the_agent_keeps_retrying_and_stops_cleanly(tmp_p
     config.write_text(f"host: hv1\nendpoints: [http://127.0.0.1:{port}]\n"
                       "libvirt_uri: test:///default\n")
     log = tmp_path / "agent.err"
-    with log.open("w") as err:
+    with log.open("w") as err:  # plain http without a user: a lab's etcd, were it there
         agent = subprocess.Popen([sys.executable, AGENT, "--config", config], stderr=err,
-                                 env={"YASCO_AGENT_LIB": str(COLLECTIONS)})
+                                 env={"YASCO_AGENT_LIB": str(COLLECTIONS), ALLOW_INSECURE: "1"})
     try:
         # Two failed registrations, however long a loaded machine takes to start it.
         deadline = time.monotonic() + 120
