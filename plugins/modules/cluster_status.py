@@ -144,7 +144,8 @@ problems:
 events:
   description: The latest O(events) events of the cluster's history, oldest first,
     each with C(key), C(at), C(kind) and, when known, C(host), C(vm), C(by) and
-    C(details).
+    C(details). An agent's event that the HA watcher has not copied into the history
+    yet is among them with C(waiting) true, its C(key) under its host.
   returned: success
   type: list
   elements: dict

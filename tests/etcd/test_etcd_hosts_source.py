@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import queue
 import threading
 import time
@@ -22,6 +23,7 @@ import pytest
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import to_json
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import ha_view
 
 from .conftest import closed_port_url, wait_for
@@ -333,6 +335,34 @@ def test_only_the_leader_emits_and_a_standby_takes_over_when_it_dies(etcd, clust
         event = standby.next()
         assert (event["type"], event["hosts"], event["resync"], event["watcher"]) == (
             "host_down", ["hv1"], True, "second")
+
+
+def test_the_leader_copies_each_agents_event_into_the_history_once_checked(
+        etcd, cluster, start):
+    """An agent may not write the history (docs/security.md): its events wait under
+    its host, even from before any watcher ran, until the leading watcher copies them
+    in, with their host forced, and deletes them there; the standby copies nothing,
+    and an event naming another host is dropped."""
+    def agent_event(kind: str, host: str, **fields: Any) -> str:
+        key = etcd_keys.host_event_key("hv1", time.time_ns(), cluster=cluster)
+        client.put(key, to_json(cluster_events.event(kind, host=host, by="agent",
+                                                     **fields)))
+        return key
+
+    with etcd.client() as client:
+        register(client, cluster, "hv1")
+        before = agent_event("self-fenced", "hv1", details={"destroyed": ["web"]})
+        leader = start(name="first")
+        wait_until_leading(leader)
+        start(name="second")
+        keys = [before, agent_event("crashed", "hv1", vm="web"),
+                agent_event("self-fenced", "hv2")]
+        assert wait_for(lambda: all(client.get(key) is None for key in keys), WAIT), \
+            "the agents' events were not taken"
+        history = [json.loads(kv.value) for kv in client.get_prefix(
+            etcd_keys.history_prefix(cluster=cluster))]
+    assert [(e["kind"], e["host"], e["source"]["key"]) for e in history] == [
+        ("self-fenced", "hv1", keys[0]), ("crashed", "hv1", keys[1])]
 
 
 def test_a_key_not_rewritten_for_its_ttl_ends_its_lease_though_etcd_renewed_it(

@@ -7,6 +7,8 @@ import json
 import subprocess
 import time
 
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
+
 from .conftest import (ROOT, ansible_env, closed_port_url, parse_run, playbook_command,
                        write_playbook)
 
@@ -436,6 +438,29 @@ def test_events_are_appended_in_order_and_check_mode_appends_none(etcd, prefix, 
     assert run.result("checked")["changed"] is True and "key" not in run.result("checked")
     assert [e["vm"] for e in run.result("status")["events"]] == ["web1", "web2"]
     assert "started  hv2   web2" in run.result("status")["table"]
+
+
+def test_status_shows_an_agents_event_waiting_for_the_watcher_among_the_history(
+        etcd, prefix, playbook):
+    """An agent may not write the history: its events wait under its host until the
+    HA watcher copies them in, and status shows them meanwhile, said to wait."""
+    cluster = prefix.strip("/").split("/")[-1]
+    with etcd.client() as client:
+        cluster_events.append(client, cluster_events.event("fenced", host="hv1",
+                                                           by="evacuate"), cluster=cluster)
+        waiting = cluster_events.append_for_agent(client, cluster_events.event(
+            "crashed", vm="web1", by="agent"), host="hv1", cluster=cluster)
+        # Not an agent's to write: never shown, and dropped by the watcher.
+        cluster_events.append_for_agent(client, cluster_events.event(
+            "fenced", host="hv2", by="agent"), host="hv1", cluster=cluster)
+    run = playbook([{"name": "status", "yasco.cluster.cluster_status": {
+        "endpoints": [etcd.url], "cluster": cluster, "hypervisors": {}, "events": 5}}])
+    assert run.returncode == 0, run.output
+    events = run.result("status")["events"]
+    assert [(e["kind"], e["host"], e.get("waiting", False)) for e in events] == [
+        ("fenced", "hv1", False), ("crashed", "hv1", True)]
+    assert events[1]["key"] == waiting
+    assert "crashed  hv1   web1  agent (waiting)" in run.result("status")["table"]
 
 
 def test_status_carries_each_hosts_declared_ceph_addresses_not_what_it_registered(

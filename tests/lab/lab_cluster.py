@@ -16,6 +16,7 @@ import yaml
 
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd_keys
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import layout, prometheus, storage
@@ -84,12 +85,15 @@ def records(lab) -> dict[str, dict]:
                 for kv in etcd.get_prefix(etcd_keys.vms_prefix(cluster=layout.CLUSTER_NAME))}
 
 
+# Every event a lab's run writes, and more.
+HISTORY_READ = 100_000
+
+
 def history(lab, kind: str, vms=None) -> list[dict]:
     """The events of `kind` (for `vms` when given) in the lab cluster's history,
-    oldest first."""
+    oldest first, with the agents' events the HA watcher has not copied in yet."""
     with etcd_client(lab["etcd_endpoints"]) as etcd:
-        events = [json.loads(kv.value) for kv in etcd.get_prefix(
-            etcd_keys.history_prefix(cluster=layout.CLUSTER_NAME))]
+        events = cluster_events.recent(etcd, HISTORY_READ, cluster=layout.CLUSTER_NAME)
     return [e for e in events if e["kind"] == kind and (vms is None or e.get("vm") in vms)]
 
 

@@ -47,6 +47,9 @@ WRITES = [
     (etcd_access.agent_role("hv1"), etcd_keys.alive_key("hv2", cluster=CLUSTER), False),
     (etcd_access.agent_role("hv1"), etcd_keys.vm_key("probe", cluster=CLUSTER), False),
     (etcd_access.agent_role("hv1"), etcd_keys.fence_key("hv1", cluster=CLUSTER), False),
+    # The audit trail: the leading watcher copies the agents' events there.
+    (etcd_access.agent_role("hv1"), etcd_keys.history_prefix(cluster=CLUSTER) + "probe", False),
+    (etcd_access.WATCHER_ROLE, etcd_keys.history_prefix(cluster=CLUSTER) + "probe", True),
     (etcd_access.CONTROLLER_ROLE, etcd_keys.vm_key("probe", cluster=CLUSTER), True),
     (etcd_access.CONTROLLER_ROLE, etcd_keys.maintenance_key("hv2", cluster=CLUSTER) + "-probe",
      False),

@@ -6,12 +6,13 @@
 One role per kind of client, each allowed what it needs and no more
 (docs/security.md explains why each grant is there):
 
-    yasco-agent-<host>  read and write hosts/<host>/ alone, read hosts/, fences/<host>,
-                        ha/disarmed, vms/ and requested/, and add to history/ (its
-                        self-fences, its restarts in place)
-    yasco-watcher       read the cluster; write watchers/ (its leader lease) and
-                        hosts/ (it ends a silent agent's lease, which etcd allows only
-                        to whoever may write the keys bound to it)
+    yasco-agent-<host>  read and write hosts/<host>/ alone (its events too, under
+                        hosts/<host>/events/), read hosts/, fences/<host>, ha/disarmed,
+                        vms/ and requested/; nothing of history/
+    yasco-watcher       read the cluster; write watchers/ (its leader lease), hosts/
+                        (it ends a silent agent's lease, which etcd allows only to
+                        whoever may write the keys bound to it, and it takes the
+                        agents' events from there) and history/ (where it copies them)
     yasco-controller    read the cluster; write vms/, requested/, fences/, vdm/, ha/,
                         history/
                         and each host's maintenance marker
@@ -75,11 +76,15 @@ def roles(hosts: list[str], cluster: str = etcd_keys.DEFAULT_CLUSTER) -> dict[st
             # (module_utils/agent/agent_restart.py).
             Grant("read", etcd_keys.vms_prefix(cluster=cluster), True),
             Grant("read", etcd_keys.requested_prefix(cluster=cluster), True),
-            Grant("readwrite", etcd_keys.history_prefix(cluster=cluster), True),
+            # Nothing of history/: etcd cannot grant create-only, and whoever may write
+            # a range may delete it. Its events go under its own prefix (its first
+            # grant), and the leading watcher copies them into history/.
         ] for host in hosts}
     result[WATCHER_ROLE] = [
         everything, Grant("readwrite", etcd_keys.watchers_prefix(cluster=cluster), True),
-        Grant("readwrite", etcd_keys.hosts_prefix(cluster=cluster), True)]
+        Grant("readwrite", etcd_keys.hosts_prefix(cluster=cluster), True),
+        # The agents' events, checked, each copied once (cluster_events.copy_from_agent).
+        Grant("readwrite", etcd_keys.history_prefix(cluster=cluster), True)]
     result[CONTROLLER_ROLE] = controller
     result[READER_ROLE] = [everything]
     return result

@@ -14,6 +14,8 @@ writes each key, which are bound to a lease and which change only by compare-and
     hosts/<host>/domains/<vm>     a domain runs on the host (bound to the agent's lease)
     hosts/<host>/restarts/<vm>    the host's agent restarts, or restarted, the VM in
                                   place (bound to the agent's lease)
+    hosts/<host>/events/<number>  an event of the host's agent, on its way to history/
+                                  (not bound to a lease; the leading watcher copies it)
     vms/<vm>                      where a VM is and in what state (compare-and-swap only)
     requested/<vm>                the state an operator asks for the VM (absent: started)
     fences/<host>                 the host was fenced
@@ -42,7 +44,7 @@ HISTORY_DIGITS = 20
 # The records of hosts/<host>/, each named after its kind.
 HOST_RECORDS = ("registered", "alive", "maintenance")
 KINDS = ("registered", "alive", "maintenance", "domain", "restart", "vm", "requested", "fence",
-         "vdm_version", "vdm_ha", "history", "disarmed", "frozen")
+         "vdm_version", "vdm_ha", "history", "disarmed", "frozen", "host_event")
 
 
 class ParsedKey(NamedTuple):
@@ -150,6 +152,17 @@ def restart_key(host: str, vm: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{restarts_prefix(host, cluster=cluster)}{_name('VM', vm)}"
 
 
+def host_events_prefix(host: str, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The events the host's agent wrote that the leading HA watcher has not yet
+    copied into history/: an agent may not write history/ itself."""
+    return f"{host_prefix(host, cluster=cluster)}events/"
+
+
+def host_event_key(host: str, event: int, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The key of the host's agent's event number `event` (numbered as history/)."""
+    return f"{host_events_prefix(host, cluster=cluster)}{_number(event)}"
+
+
 def vms_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}vms/"
 
@@ -202,13 +215,28 @@ def history_prefix(*, cluster: str = DEFAULT_CLUSTER) -> str:
     return f"{cluster_prefix(cluster)}history/"
 
 
-def history_key(event: int, *, cluster: str = DEFAULT_CLUSTER) -> str:
-    """The key of event number `event`: a sequence number, or a time in nanoseconds."""
+def _number(event: int) -> str:
     if isinstance(event, bool) or not isinstance(event, int) or event < 0:
         raise ValueError(f"history event {event!r}: must be a non-negative integer")
     if len(str(event)) > HISTORY_DIGITS:
         raise ValueError(f"history event {event}: more than {HISTORY_DIGITS} digits")
-    return f"{history_prefix(cluster=cluster)}{event:0{HISTORY_DIGITS}d}"
+    return f"{event:0{HISTORY_DIGITS}d}"
+
+
+def _is_number(part: str) -> bool:
+    return len(part) == HISTORY_DIGITS and all(digit in "0123456789" for digit in part)
+
+
+def history_key(event: int, *, cluster: str = DEFAULT_CLUSTER) -> str:
+    """The key of event number `event`: a sequence number, or a time in nanoseconds."""
+    return f"{history_prefix(cluster=cluster)}{_number(event)}"
+
+
+def event_number(key: str) -> int | None:
+    """The number of a history/ or hosts/<host>/events/ key, or None when its last
+    part is not one."""
+    last = key.rsplit("/", 1)[-1]
+    return int(last) if _is_number(last) else None
 
 
 def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
@@ -229,6 +257,9 @@ def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
         return ParsedKey("domain", parts[1], parts[3])
     if len(parts) == 4 and parts[0] == "hosts" and parts[2] == "restarts":
         return ParsedKey("restart", parts[1], parts[3])
+    if (len(parts) == 4 and parts[0] == "hosts" and parts[2] == "events"
+            and _is_number(parts[3])):
+        return ParsedKey("host_event", parts[1])
     if len(parts) == 2 and parts[0] == "vms":
         return ParsedKey("vm", None, parts[1])
     if len(parts) == 2 and parts[0] == "requested":
@@ -241,8 +272,7 @@ def parse_key(key: str, *, cluster: str = DEFAULT_CLUSTER) -> ParsedKey | None:
         return ParsedKey("vdm_ha")
     if parts == ["ha", "disarmed"]:
         return ParsedKey("disarmed")
-    if (len(parts) == 2 and parts[0] == "history" and len(parts[1]) == HISTORY_DIGITS
-            and all(digit in "0123456789" for digit in parts[1])):
+    if len(parts) == 2 and parts[0] == "history" and _is_number(parts[1]):
         return ParsedKey("history")
     return None
 

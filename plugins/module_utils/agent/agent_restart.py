@@ -31,7 +31,8 @@ OSD map that carries the entry, breaks the locks, and starts the domain.
 
 What it does is in `hosts/<host>/restarts/<vm>` (under its lease: `restarting`,
 `restarted` or `declined`, with the count of its restarts of the VM within the
-window) for the reconciler, and in the history (`restarted`, by the agent).
+window) for the reconciler, and in the history (`restarted`, by the agent, written
+under its host for the HA watcher to copy in: cluster_events.append_for_agent).
 This module's pure parts (the conditions, the budget, the disks and their holders,
 the caps) have no I/O; `InPlace.restart` does the I/O.
 """
@@ -252,11 +253,11 @@ class InPlace:
                     f"; dead client fenced: {', '.join(dead)}" if dead else "")
         try:
             self.say(etcd, vm, RESTARTED, lease, why)
-            cluster_events.append(etcd, cluster_events.event(
+            cluster_events.append_for_agent(etcd, cluster_events.event(
                 "restarted", host=self.host, vm=vm, by="agent", details={
                     "reason": f"{why}: restarted in place by its agent ({count} of "
                               f"{self.budget.most} within {self.budget.window:g} s)",
-                    "dead_clients": dead}), cluster=self.cluster)
+                    "dead_clients": dead}), host=self.host, cluster=self.cluster)
         except EtcdError as err:
             LOG.warning("%s: restarted, but etcd was not told: %s", vm, err)
         return True

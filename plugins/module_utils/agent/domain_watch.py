@@ -4,9 +4,9 @@
 """The host agent's domains (docs/agent.md): the publisher thread keeps
 hosts/<host>/domains/ equal to what libvirt runs, woken by libvirt's domain events and
 every `reconcile` seconds, and writes the guests' crashes (a kernel panic, an expired
-guest watchdog) to the history; the restarter thread restarts in place an HA VM whose
-domain stopped for a failure, when its record and requested state say it must run
-here (agent_restart.py).
+guest watchdog) for the history (under its host, where the HA watcher takes them); the
+restarter thread restarts in place an HA VM whose domain stopped for a failure, when
+its record and requested state say it must run here (agent_restart.py).
 
 Imports nothing of Ansible: the agent runs it.
 """
@@ -134,16 +134,16 @@ class DomainWatch(StorageWatch):
                                             "reason": reason}][-CRASHES_KEPT:]
 
     def record_crashes(self, etcd: EtcdClient) -> None:
-        """Write the guest crashes noted since the last time to the history."""
+        """Write the guest crashes noted since the last time for the history."""
         with self.lock:
             pending, self.crashes = self.crashes, []
         try:
             while pending:
                 crash = pending[0]
-                cluster_events.append(etcd, cluster_events.event(
+                cluster_events.append_for_agent(etcd, cluster_events.event(
                     "crashed", host=self.config.host, vm=crash["vm"], by="agent",
                     details={"reason": crash["reason"]}, at=crash["at"]),
-                    cluster=self.config.cluster)
+                    host=self.config.host, cluster=self.config.cluster)
                 pending.pop(0)
         finally:
             with self.lock:

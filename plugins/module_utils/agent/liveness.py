@@ -86,9 +86,9 @@ class Liveness(StorageWatch):
         with self.lock:
             pending, self.fences = self.fences, []
         for fence in pending:
-            cluster_events.append(etcd, cluster_events.event(
+            cluster_events.append_for_agent(etcd, cluster_events.event(
                 "self-fenced", host=self.config.host, by="agent", details=fence,
-                at=fence["at"]), cluster=self.config.cluster)
+                at=fence["at"]), host=self.config.host, cluster=self.config.cluster)
         self.wake_publisher.set()
 
     def heartbeat(self) -> None:

@@ -16,6 +16,8 @@ emits what comes back.
   for `hold_down` seconds and its agent is beating.
 - A liveness key that its agent has not rewritten for longer than the TTL it
   registered is stale: its lease is to be ended (etcd renewed it on an election).
+- The agents' events (hosts/<host>/events/) are kept as they come and go, for the
+  leader to copy into the history (cluster_events.copy_from_agent).
 
 It imports nothing but the standard library, the key layout (etcd_keys), etcd's
 JSON decoding and the reconciler's record states, as the decision environment needs. A key-value needs
@@ -83,6 +85,9 @@ class HostStates:
         self.returning: dict[str, tuple[int, float]] = {}
         self.pending: set[str] = set()
         self.settled = 0.0  # when the pending failures are reported
+        # The agents' events not yet copied into the history, of every host: key ->
+        # key-value.
+        self.events: dict[str, Any] = {}
 
     def parse(self, key: str) -> etcd_keys.ParsedKey | None:
         """What `key` says of a host looked at, or None when it is no host record."""
@@ -104,7 +109,9 @@ class HostStates:
         and never ends a live one."""
         if revision < self.applied:
             return False
+        kvs = list(kvs)
         self.records = {kv.key: kv for kv in kvs if self.parse(kv.key)}
+        self.events = {kv.key: kv for kv in kvs if self.agent_event(kv.key)}
         self.seen = {key: now for key in self.records}
         self.applied = revision
         return True
@@ -124,8 +131,26 @@ class HostStates:
             self.applied = max(self.applied, change.kv.mod_revision)
         return reports
 
+    def agent_event(self, key: str) -> bool:
+        """Whether `key` is an event an agent wrote under its host, of any host: each is
+        copied into the cluster's history, whichever hosts are looked at."""
+        parsed = etcd_keys.parse_key(key, cluster=self.cluster)
+        return parsed is not None and parsed.kind == "host_event"
+
+    def event_copied(self, kv: Any) -> None:
+        """Forget an agent's event once copied (or dropped), unless written again since:
+        the watch brings its deletion in any case."""
+        if getattr(self.events.get(kv.key), "mod_revision", None) == kv.mod_revision:
+            del self.events[kv.key]
+
     def _change(self, change: Any, now: float) -> list[Report]:
         kv = change.kv
+        if self.agent_event(kv.key):
+            if change.kind == "DELETE":
+                self.events.pop(kv.key, None)
+            else:
+                self.events[kv.key] = kv
+            return []
         restart = etcd_keys.parse_key(kv.key, cluster=self.cluster)
         if restart is not None and restart.kind == "restart":
             return self._restarted(restart, change)

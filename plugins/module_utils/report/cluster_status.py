@@ -183,7 +183,10 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                        for v in vms],
                       ["vm", "kind", "home", "etcd host", "etcd state", "running on",
                        "requested"])
-    events = cluster_events.recent(etcd, params["events"], cluster=cluster)
+    # With the agents' events still waiting under their hosts, as of the snapshot,
+    # which was read before the history is.
+    events = cluster_events.recent(etcd, params["events"], cluster=cluster,
+                                   hosts_read=snapshot[etcd_keys.hosts_prefix(cluster=cluster)])
     tables = [host_table, vm_table]
     flag = stored.get(etcd_keys.disarmed_key(cluster=cluster))
     disarmed = None if flag is None else (from_json(flag.value, flag.key) or {})
@@ -195,8 +198,10 @@ def cluster_status(etcd: EtcdClient, params: dict[str, Any], check_mode: bool
                          f"{', and no agent self-fences,' if frozen else ''} until it is "
                          "re-armed (playbooks/disarm.yml -e yasco_ha_disarmed=false)")
     if events:
+        # An agent's event the HA watcher has not copied into the history yet says so.
         tables.append(_table([[e["at"], e["kind"], e.get("host", "-"), e.get("vm", "-"),
-                               e.get("by", "-")] for e in events],
+                               f"{e.get('by', '-')}{' (waiting)' if e.get('waiting') else ''}"]
+                              for e in events],
                              ["event at", "kind", "host", "vm", "by"]))
     return {"changed": False, "hypervisors": hosts, "vms": vms, "problems": problems,
             "requested": {n: s for n, s in requested.items() if s},

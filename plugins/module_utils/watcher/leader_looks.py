@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The looks the leading HA watcher takes at etcd besides its watch of the hosts, each
 a coroutine of the Watcher (watcher.py), which starts them: the HA reconciler's look at
-the whole cluster, the stale liveness keys whose leases it ends, the cluster's disarm
-flag, etcd's alarms and its members' database sizes, and the fences etcd records."""
+the whole cluster, the stale liveness keys whose leases it ends, the agents' events it
+copies into the history, the cluster's disarm flag, etcd's alarms and its members'
+database sizes, and the fences etcd records."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_errors
     NO_SPACE_ADVICE, EtcdError)
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.etcd_keys import (
     json_or_none)
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster import cluster_events
 from ansible_collections.yasco.cluster.plugins.module_utils.cluster.host_states import (
     agent_ttl)
 # The reconciler imports nothing but the standard library: the decision environment
@@ -45,6 +47,9 @@ SPACE_CHECK = 10.0
 # The history events each look reads at most: more written between two looks (a few
 # seconds apart) go uncounted.
 HISTORY_READ = 200
+# How often the leader looks again at the agents' events it has not copied yet (one
+# dated a little ahead of its clock, one whose copy failed), besides when one comes.
+EVENTS_CHECK = 1.0
 
 
 class LeaderLooks:
@@ -138,6 +143,43 @@ class LeaderLooks:
                     self.states.seen[kv.key] = self.loop.time()  # once; the watch brings the rest
                 except EtcdError as err:
                     LOG.warning("ending the stale lease of %s: %s; retrying", host, err)
+
+    async def _copy_agent_events(self, reader: EtcdClient) -> None:
+        """As the leader, copy each event an agent wrote under its host into the
+        history, checked, then delete it there (cluster_events.copy_from_agent): an
+        agent may not write the history itself. Each copy is made once, by whichever
+        watcher and however often it is tried, so a leader that dies halfway leaves
+        the next to finish it. An event dated ahead of this clock waits for its time."""
+        told: set[str] = set()  # the events said to wait, said once
+        while True:
+            try:
+                await asyncio.wait_for(self.events_due.wait(), EVENTS_CHECK)
+            except asyncio.TimeoutError:
+                pass
+            self.events_due.clear()
+            if not self.leader:
+                continue
+            for kv in list(self.states.events.values()):
+                try:
+                    copy = await asyncio.to_thread(cluster_events.copy_from_agent, reader,
+                                                   kv, cluster=self.cluster)
+                except EtcdError as err:
+                    LOG.warning("copying %s into the history: %s; retrying", kv.key, err)
+                    break
+                if copy.done == "waiting":
+                    if kv.key not in told:
+                        told.add(kv.key)
+                        LOG.info("%s is dated ahead of this clock: copied into the "
+                                 "history when its time comes", kv.key)
+                    continue
+                told.discard(kv.key)
+                if copy.done == "dropped":
+                    LOG.warning("%s: dropped, not copied into the history: %s", kv.key,
+                                copy.why)
+                elif copy.done == "copied":
+                    LOG.info("%s copied into the history as %s", kv.key, copy.key)
+                if copy.done != "changed":  # changed: the watch brings it as it is now
+                    self.states.event_copied(kv)
 
     async def _follow_disarm(self, queue, reader: EtcdClient) -> None:
         """Read the cluster's disarm flag every DISARM_CHECK seconds. While it is set,

@@ -11,7 +11,8 @@ into events, and only the leader (cluster/leadership.py says when it leads) emit
 them, so several watchers can run for redundancy and a host's failure is evacuated
 once. A new leader first resyncs: every hypervisor that is down while etcd still
 records VMs running on it is reported, so a failure seen by no leader (the old one
-died with it) is not lost. The leader's other looks at etcd are in leader_looks.py.
+died with it) is not lost. The leader also copies the agents' events from under
+their hosts into the history. Its other looks at etcd are in leader_looks.py.
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class Watcher(LeaderLooks):
                                           "yasco.cluster.etcd_hosts: recovery")
         self.memory = Memory()
         self.nudge: asyncio.Event | None = None
+        # Set when an agent writes an event, for the leader to copy it into the history.
+        self.events_due: asyncio.Event | None = None
         # What the metrics show beyond the state above: events and steps counted,
         # evacuations and migrations timed, the reconciler's last look, the members'
         # sizes (module_utils/cluster/watcher_view.py).
@@ -197,14 +200,15 @@ class Watcher(LeaderLooks):
         for thread in threads:
             thread.start()
         states = self.states
-        stale = armed = alarmed = reconciling = server = None
-        self.nudge = asyncio.Event()
+        stale = armed = alarmed = reconciling = copying = server = None
+        self.nudge, self.events_due = asyncio.Event(), asyncio.Event()
         try:
             server = self._serve_metrics()
             await self._read_hosts(queue, reader)
             stale = asyncio.create_task(self._end_stale_leases(reader))
             armed = asyncio.create_task(self._follow_disarm(queue, reader))
             alarmed = asyncio.create_task(self._follow_alarms(queue, reader))
+            copying = asyncio.create_task(self._copy_agent_events(reader))
             if self.reconcile_every > 0:
                 reconciling = asyncio.create_task(self._reconcile(queue, reader))
             while True:
@@ -228,17 +232,22 @@ class Watcher(LeaderLooks):
                     self.memory = Memory()  # what an earlier leadership saw may be stale
                     self.alarms = []  # a standing alarm is reported again, by the leader
                     self.space_over = []  # and a database nearly full
+                    self.events_due.set()  # the agents' events left by the last leader
                     await self._resync(queue, reader)
                 elif item[0] == "compacted":
                     await self._read_hosts(queue, reader)
                 else:
                     # Each stream delivers its member's changes in order; another stream
                     # may have delivered them already. A revision's changes come whole.
-                    if any(self._domain_change(e) for e in states.fresh(item[1])):
+                    fresh = states.fresh(item[1])
+                    if any(self._domain_change(e) for e in fresh):
                         self.nudge.set()  # a domain came or went: the reconciler looks
+                    if any(states.agent_event(e.kv.key) and e.kind != "DELETE"
+                           for e in fresh):
+                        self.events_due.set()  # an agent wrote an event: copy it
                     await self._report(queue, states.apply(item[1], self.loop.time()))
         finally:
-            tasks = [task for task in (stale, armed, alarmed, reconciling)
+            tasks = [task for task in (stale, armed, alarmed, reconciling, copying)
                      if task is not None]
             for task in tasks:
                 task.cancel()

@@ -63,6 +63,12 @@ description:
     Several watchers may run at once. Only the holder of the watchers' leader lease
     emits events; another takes over within O(leader_ttl) seconds when it dies.
   - >-
+    As the leader, it also copies each event an agent wrote under its host
+    (C(hosts/<host>/events/)) into the cluster's history (C(history/)), which agents
+    may not write: checked (a kind an agent writes, its host and writer forced,
+    bounded), once however many watchers try, then deletes it there. An event that
+    fails the check is dropped with a warning in the log.
+  - >-
     Transient errors (etcd unreachable, an election, a broken stream) are logged and
     retried; the source never exits because of them.
   - >-
@@ -220,8 +226,8 @@ options:
   username:
     description:
       - >-
-        The etcd user, which needs to read the cluster's keys and write C(watchers/)
-        and C(hosts/) (role C(yasco-watcher)).
+        The etcd user, which needs to read the cluster's keys and write C(watchers/),
+        C(hosts/) and C(history/) (role C(yasco-watcher)).
       - >-
         When not set, the environment variable C(YASCO_ETCD_USERNAME) is used.
     type: str
@@ -274,7 +280,9 @@ async def main(queue: asyncio.Queue, args: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    # Try it by hand: python etcd_hosts.py http://10.213.0.11:2379 lab
+    # Try it by hand, as the watcher's etcd user (YASCO_ETCD_CA_CERT,
+    # YASCO_ETCD_CLIENT_CERT, YASCO_ETCD_CLIENT_KEY, YASCO_ETCD_USERNAME and
+    # YASCO_ETCD_PASSWORD in the environment): python etcd_hosts.py https://10.213.0.11:2379 lab
     class PrintQueue:
         async def put(self, event: dict[str, Any]) -> None:
             print(event, flush=True)

@@ -64,6 +64,24 @@ def test_only_agents_and_the_watcher_write_liveness_and_only_the_controller_plac
         assert all(g.key.startswith(etcd_keys.cluster_prefix(CLUSTER)) for g in grants)
 
 
+def test_no_agent_may_touch_the_history_and_each_writes_its_events_under_its_host():
+    """etcd grants ranges, not create-only: an agent that could add to history/ could
+    delete or rewrite every host's events and the controller's."""
+    history = [etcd_keys.history_prefix(cluster=CLUSTER), etcd_keys.history_key(7, cluster=CLUSTER)]
+    for host in HOSTS:
+        role = etcd_access.agent_role(host)
+        assert not any(may(role, permission, key) for permission in ("read", "write")
+                       for key in history)
+        for other in HOSTS:
+            event = etcd_keys.host_event_key(other, 7, cluster=CLUSTER)
+            assert may(role, "write", event) is (other == host)
+    # The leading watcher copies them there; it may delete the agents' copies.
+    assert all(may("yasco-watcher", "write", key) for key in history)
+    assert may("yasco-watcher", "write", etcd_keys.host_event_key("hv1", 7, cluster=CLUSTER))
+    assert [r for r in ROLES if may(r, "write", history[1])] == ["yasco-watcher",
+                                                                 "yasco-controller"]
+
+
 def test_the_controller_may_mark_maintenance_but_not_forge_a_host():
     maintenance = etcd_keys.maintenance_key("hv1", cluster=CLUSTER)
     assert may("yasco-controller", "write", maintenance)
@@ -74,5 +92,5 @@ def test_the_controller_may_mark_maintenance_but_not_forge_a_host():
 def test_the_commands_in_the_docs_are_the_ones_made_here():
     script = etcd_access.as_script(["hv1", "hv2"], CLUSTER).splitlines()
     agent = [line for line in script if "yasco-agent-hv1" in line]
-    assert len(agent) == 10
+    assert len(agent) == 9
     assert "\n".join(agent) in DOCS.read_text()

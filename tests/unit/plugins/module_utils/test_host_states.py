@@ -306,3 +306,26 @@ def test_an_agents_restart_in_place_is_reported_once_per_restart(etcd):
     assert says("restarting", 1) == []
     assert says("restarted", 2)[0].details["count"] == 2
     assert states.pending == set()  # nothing of it is a host's failure
+
+
+def test_the_agents_events_are_kept_for_the_leader_to_copy_whichever_hosts_are_looked_at(
+        etcd):
+    first = etcd.put_key(etcd_keys.host_event_key("hv9", 1, cluster=CLUSTER),
+                         {"kind": "self-fenced"})
+    states = HostStates(CLUSTER, only=["hv1"], settle=SETTLE, hold_down=HOLD_DOWN)
+    assert states.load(list(etcd.kvs.values()), first.kv.mod_revision, 0.0)
+    assert list(states.events) == [first.kv.key]
+    key = etcd_keys.host_event_key("hv1", 2, cluster=CLUSTER)
+    assert states.apply([etcd.put_key(key, {"kind": "crashed"})], 1.0) == []
+    written = states.events[key]
+    # Copied, then written again before the watch brought the deletion: kept.
+    again = etcd.put_key(key, {"kind": "crashed", "vm": "web"})
+    states.apply([again], 1.0)
+    states.event_copied(written)
+    assert states.events[key] == again.kv
+    states.event_copied(again.kv)
+    assert key not in states.events
+    previous = etcd.kvs.pop(first.kv.key)
+    states.apply([WatchEvent("DELETE", KeyValue(first.kv.key, "", next(etcd.revisions), 0, 0, 0),
+                             previous)], 2.0)
+    assert states.events == {} and states.records == {} and states.pending == set()
