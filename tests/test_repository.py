@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -193,3 +194,17 @@ def test_each_module_that_talks_to_etcd_ceph_or_libvirt_runs_in_the_controllers_
     assert len(found) == len(modules) > 20
     assert sorted(p.stem for p in (REPO / "plugins" / "action").glob("*.py")) == [
         "cluster_status", "vdm_plan"]
+
+
+def test_every_test_the_threat_model_names_exists():
+    """docs/security.md's threat model names, for each attack, the test that shows it is
+    stopped: each file exists and defines each test named."""
+    text = (REPO / "docs" / "security.md").read_text()
+    table = text[text.index("## Threat model"):text.index("What follows says the same")]
+    named = re.findall(r"`(tests/[\w/]+\.py)(?:::(\w+))?`", table)
+    assert len(named) >= 12, named
+    for path, test in named:
+        assert (REPO / path).is_file(), f"docs/security.md names {path}, which is gone"
+        if test:
+            assert re.search(rf"^def {test}\(", (REPO / path).read_text(), re.MULTILINE), (
+                f"docs/security.md names {path}::{test}, which is gone")
