@@ -79,7 +79,7 @@ def greedy(problem: Problem) -> bool:
     bisection step of the admission table take up to its time limit."""
     try:
         _checked(problem, plan(problem, exact=False))
-    except VdmInfeasible:
+    except (VdmInfeasible, VdmNotFound):
         return False
     return True
 

@@ -110,8 +110,8 @@ class VdmInfeasible(Exception):
 
 class VdmNotFound(Exception):
     """No plan was found, and none was proved impossible: the message says what the
-    greedy planner could not place, why the exact search stopped, and what would most
-    likely make the cluster fit."""
+    greedy planner could not place, why the exact search stopped (or that it was not
+    asked for), and what would most likely make the cluster fit."""
 
 
 # How the planner's messages name an amount of each resource: `2048 MB memory`.

@@ -121,7 +121,8 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     (vdm_solver) takes up to `time_limit` seconds. Three answers: a Plan; VdmInfeasible
     when no plan exists, with the proof (a failure set and resource whose demand
     exceeds what survives, or the exact search's); VdmNotFound when neither found a
-    plan nor proved there is none. A re-plan whose failure sets hold one another (X = 2
+    plan nor proved there is none, and without `exact` whenever the greedy search
+    fails (it proves nothing). A re-plan whose failure sets hold one another (X = 2
     or more) goes to the exact search over the failure sets that bind (vdm_lazy,
     method "binding") instead of the exact search and the repair, unless asked for
     fewest preemptions. A re-plan for which no plan that keeps the current
@@ -153,7 +154,7 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
         state = first_feasible(problem, order, previous_home, chains)
     except VdmInfeasible as greedy:
         if not exact:
-            raise
+            raise _unproved(greedy) from greedy
         state, method = _solved(problem, previous_home, time_limit, greedy,
                                 preemptions=objective == "preemptions")
     else:
@@ -174,6 +175,19 @@ def plan(problem: Problem, previous_home: dict[str, str] | None = None,
     result.method = method
     result.objective = objective
     return result
+
+
+def _unproved(greedy: VdmInfeasible) -> VdmNotFound:
+    """Where the greedy search alone was asked for (exact=False) and found no plan:
+    "not found", as a VM that fits nowhere in its plan may fit in another. It keeps
+    where the greedy search got furthest (`partial`, `partial_afresh`)."""
+    said = str(greedy).split("; " + WHAT_HELPS, maxsplit=1)[0]
+    found = VdmNotFound("no plan found: the greedy search alone (exact: false), which "
+                        f"proves nothing, stopped at {said}; the exact search may find a "
+                        "plan or prove there is none")
+    found.partial = getattr(greedy, "partial", None)
+    found.partial_afresh = getattr(greedy, "partial_afresh", None)
+    return found
 
 
 def _hints(state: PlanState | None) -> tuple[dict[str, str], dict[str, dict[frozenset, str]]]:

@@ -15,7 +15,7 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_exact_mo
     ExactModel, cp_model)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_inventory import load_problem
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import (
-    VdmInfeasible)
+    VdmNotFound)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planted import (
     overloaded, planted)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_planner import (
@@ -76,7 +76,7 @@ def test_a_replan_over_the_sets_that_bind_moves_the_fewest_vms_any_plan_can(
 
 def test_the_planner_answers_a_replan_the_greedy_search_misses_with_the_sets_that_bind():
     problem, before = _replan(8, 4)
-    with pytest.raises(VdmInfeasible):
+    with pytest.raises(VdmNotFound):
         plan(problem, previous_home=before.home, previous_failover=before.failover,
              exact=False)
     result = plan(problem, previous_home=before.home, previous_failover=before.failover,

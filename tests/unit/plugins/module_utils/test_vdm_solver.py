@@ -65,7 +65,7 @@ def test_greedy_alone_misses_plans_on_mixed_hardware_that_the_exact_search_finds
         problem = problem_of(instance)
         try:
             plan(problem, exact=False)
-        except VdmInfeasible as err:
+        except VdmNotFound as err:
             assert "fits nowhere" in str(err)
             missed.append(seed)
             result = plan(problem)
@@ -86,7 +86,7 @@ def test_the_repair_plans_what_the_greedy_search_left_when_the_exact_model_is_to
         problem = problem_of(planted(seed, hosts, fill=0.98, scale=SMALL, **family))
         try:
             plan(problem, exact=False)
-        except VdmInfeasible:
+        except VdmNotFound:
             result = plan(problem, time_limit=60)
             assert result.method == "repair"
             assert check(problem, as_vdm(result)) == []
@@ -308,7 +308,7 @@ def test_a_replan_that_keeps_no_homes_in_time_is_planned_afresh_keeping_what_it_
         try:
             plan(problem, previous_home=previous, exact=False)
             continue  # the greedy search planned it
-        except VdmInfeasible:
+        except VdmNotFound:
             pass
         result = plan(problem, previous_home=previous, time_limit=20)
         assert result.method == "afresh", result.method
@@ -512,7 +512,7 @@ def test_a_replan_the_repair_found_is_settled_for_fewer_moves(monkeypatch):
         try:
             plan(problem, previous_home=instance.vdm["home"], exact=False)
             continue  # the greedy search planned it
-        except VdmInfeasible:
+        except VdmNotFound:
             pass
         result = plan(problem, previous_home=instance.vdm["home"], time_limit=30)
         assert result.method == "repair", result.method
@@ -535,7 +535,7 @@ def test_the_repairs_first_step_lays_the_spare_out_anew_and_keeps_every_home():
         partial = None
         try:
             plan(problem, exact=False)
-        except VdmInfeasible as err:
+        except VdmNotFound as err:
             partial = err.partial
         if partial is None:
             continue  # the greedy search planned it
