@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import ACTIVE
+from ansible_collections.yasco.cluster.plugins.module_utils.cluster.vm_records import (
+    ACTIVE, MIGRATING)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_document import (
     capacity, size)
 from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model import RESOURCES
@@ -20,7 +21,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.planner.vdm_model im
 def host_loads(observed: dict[str, Any], on: dict[str, list[str]]) -> tuple[
         dict[str, dict[str, float]], dict[str, list[str]], dict[str, set[str]]]:
     """Each host's free room, its preemptible VMs and its anti-affinity labels, from
-    what runs there and what etcd records as meant to run there."""
+    what runs there and what etcd records as meant to run there: a live migration's
+    VM on its source and on its destination alike."""
     view = observed["vdm"]
     vms = view.get("vms", {})
     free = {h: capacity(c) for h, c in view.get("hosts", {}).items()}
@@ -31,15 +33,22 @@ def host_loads(observed: dict[str, Any], on: dict[str, list[str]]) -> tuple[
     for vm, (record, dummy) in observed["records"].items():
         if record.get("state") in ACTIVE and record.get("host") in residents:
             residents[record["host"]].add(vm)
+    # A live migration under way holds room on both ends until it lands; on its
+    # destination it is no VM to stop to make room, it runs on its source.
+    incoming: dict[str, set[str]] = {h: set() for h in residents}
+    for vm, (record, dummy) in observed["records"].items():
+        if (record.get("state") == MIGRATING and record.get("to") in incoming
+                and vm not in residents[record["to"]]):
+            incoming[record["to"]].add(vm)
     preemptible: dict[str, list[str]] = {h: [] for h in residents}
     labels: dict[str, set[str]] = {h: set() for h in residents}
     for host, names in residents.items():
-        for vm in names:
+        for vm in names | incoming[host]:
             entry = vms.get(vm, {})
             if host in free:
                 for r, used in size(entry).items():
                     free[host][r] -= used
-            if entry.get("kind") == "preemptible":
+            if entry.get("kind") == "preemptible" and vm in names:
                 preemptible[host].append(vm)
             labels[host] |= set(entry.get("anti_affinity", []))
     return free, preemptible, labels
