@@ -102,3 +102,41 @@ def test_a_template_written_by_a_hypervisor_runs_nothing_on_the_controller(etcd,
     assert "which the inventory does not know" in str(make_header(decode_header(mail["Subject"])))
     assert not any("{{" in line for line in body["lines"]), body
 
+
+
+def test_what_the_inventory_plugin_the_lookup_and_a_module_read_of_a_hypervisor_runs_nothing(
+        etcd, tmp_path):
+    """The other ways a hypervisor's word enters a playbook: the etcd inventory plugin's
+    host variables, the etcd lookup and etcd_key_info's result. Each is text ansible-core
+    never renders, however a playbook uses it."""
+    cluster = f"t{uuid.uuid4().hex[:10]}"
+    pwned = tmp_path / "pwned"
+    attack = f"{{{{ lookup('pipe', 'touch {pwned}') }}}}"
+    key = etcd_keys.registered_key("hv1", cluster=cluster)
+    with etcd.client() as hv1:
+        hv1.put_json(key, {"address": "10.0.0.11", "note": attack})
+        hv1.put_json(etcd_keys.alive_key("hv1", cluster=cluster), {"host": "hv1"})
+    source = tmp_path / "cluster.etcd.yml"
+    source.write_text(yaml.safe_dump({"plugin": "yasco.cluster.etcd", "cluster": cluster,
+                                      "endpoints": [etcd.url]}))
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "Use what hv1 wrote", "hosts": "localhost", "gather_facts": False,
+        "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                 "said": "{{ hostvars['hv1'].yasco_registered.note }}"},
+        "tasks": [
+            {"name": "Read it", "yasco.cluster.etcd_key_info": {
+                "key": key, "endpoints": [etcd.url]}, "register": "read"},
+            {"name": "Keep it", "ansible.builtin.set_fact": {
+                "kept": "{{ (read.value | from_json).note }}"}},
+            {"name": "Show it", "ansible.builtin.debug": {"msg": [
+                "{{ said }}", "{{ kept }}",
+                f"{{{{ (lookup('yasco.cluster.etcd', '{key}', endpoints=['{etcd.url}'])"
+                " | from_json).note }}"]}}]}]))
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(source), "-i", "localhost,", str(play)],
+        cwd=tmp_path, env={**watcher_env(), "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true"},
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not pwned.exists(), "a template written by hv1 ran on the controller"
+    assert done.stdout.count(f"touch {pwned}") == 3, done.stdout
