@@ -95,8 +95,8 @@ def test_a_template_written_by_a_hypervisor_runs_nothing_on_the_controller(etcd,
     body = message["body"]
     assert body["event"] == "vm_restarted"
     # Told as written, never as an HA VM of the inventory, and inert.
-    assert "which the inventory does not know" in body["subject"], body
-    assert "VM { { 6 * 7 }}, which" in body["subject"], body
+    assert body["subject"] == (f"{cluster}: VM {{ {{ 6 * 7 }}}}, which the inventory does not "
+                               "know, restarted in place on hv1 by its agent"), body
     assert f"{{ {{ lookup('pipe', 'touch {pwned}') }}}}" in body["lines"], body
     (mail,) = mailbox.messages
     assert "which the inventory does not know" in str(make_header(decode_header(mail["Subject"])))

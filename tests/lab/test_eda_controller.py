@@ -121,7 +121,9 @@ def test_the_controllers_rulebook_launches_evacuate_return_home_and_drain_once(
         etcd.put(key, '{"by": "operator", "reason": "firmware update"}')
     try:
         (drain,) = launched(controller, "YASCO drain", 30)
-        assert ours(drain) == {"yasco_host": host, "yasco_drain_reason": "firmware update"}
+        # The reason stays in etcd, where the drain reads it: the watcher hands on no
+        # text a hypervisor may have written as an extra variable.
+        assert ours(drain) == {"yasco_host": host}
         as_awx(installed, PLAYBOOKS["YASCO drain"], drain)
     finally:
         as_awx(installed, "undrain", {"yasco_host": host})

@@ -37,6 +37,8 @@ from ansible_collections.yasco.cluster.plugins.module_utils.adapters import etcd
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters import libvirt as lv
 from ansible_collections.yasco.cluster.plugins.module_utils.adapters.libvirt_migration import (
     migrate_live)
+from ansible_collections.yasco.cluster.plugins.module_utils.stories.ceph_fencing import (
+    FenceInfo)
 from yasco_lab.credentials import etcd_client
 from yasco_lab import etcd as lab_etcd
 from yasco_lab import bmc as lab_bmc
@@ -48,6 +50,7 @@ from yasco_lab.lab import LabState
 from ..ansible_run import local_play, run_playbook
 from ..test_grafana_dashboard import dashboard_queries
 from .conftest import yasco_lab
+from .test_host_fence import fencer_options
 from .lab_cluster import (etcd_leader, history, make_inventory, playbook, records, running,
                           start_watcher, stop_watcher, vdm_of, wait_for, wait_until_one_leads,
                           writers)
@@ -477,6 +480,20 @@ def test_a_reboot_with_shutdown_policy_migrate_drains_the_host_live_and_it_gets_
         and sorted(m["body"]["details"].get("moved", [])) == sorted(homed)], 60, every=0.5)
 
 
+def tamper_registration(lab, host: str, ceph_addrs: list[str]) -> bool:
+    """What root on `host` can do with its agent's etcd user: register Ceph addresses
+    that are not its own. Whether the registration now says so."""
+    key = etcd_keys.registered_key(host, cluster=layout.CLUSTER_NAME)
+    with etcd_client(lab["etcd_endpoints"], user=f"yasco-agent-{host}") as agent:
+        agent.put_json(key, {**agent.get_json(key), "ceph_addrs": ceph_addrs})
+        return agent.get_json(key)["ceph_addrs"] == ceph_addrs
+
+
+def blocklisted(address: str) -> bool:
+    """Whether Ceph's blocklist holds `address` as a whole (a fence's entry)."""
+    return bool(FenceInfo({**fencer_options(), "addresses": [address]}, False).run()["fenced"])
+
+
 def maintenance_marker(lab, host: str) -> dict | None:
     with etcd_client(lab["etcd_endpoints"]) as etcd:
         return etcd.get_json(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME))
@@ -499,6 +516,10 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
     ha_vms = [names["ha1"], names["ha2"]]
     before = {n: writers(n)[-1] for n in ha_vms}
     migrations = len(history(lab, "migrated", ha_vms))  # earlier tests' returns home
+    # Root on hv1 first rewrites its registration with its agent's etcd user, naming
+    # hv2's address as its own: the evacuation must fence hv1's declared address alone.
+    addresses = {h["name"]: h["address"] for h in lab["hosts"]}
+    tampered = tamper_registration(lab, "hv1", [addresses["hv1"], addresses["hv2"]])
     yasco_lab("crash", "hv1")
     crashed = time.monotonic()
     wait_for("HA VMs running on their targets",
@@ -515,7 +536,11 @@ def test_a_crashed_hypervisors_ha_vms_run_again_on_their_planned_targets(lab, ha
              and m["body"]["details"]["failed"] == ["hv1"]]
     assert told["details"]["started"] == {n: targets[n] for n in ha_vms}, told
     assert told["subject"].startswith("lab: hv1 failed; 2 HA VM(s) started elsewhere"), told
-    assert told["details"]["preempted"] == [names["batch"]] and told["severity"] == "warning"
+    assert told["details"]["preempted"] == [names["batch"]]
+    # The registration that named hv2's address was refused, and told as critical.
+    assert tampered and told["severity"] == "critical", told
+    assert told["details"]["undeclared_ceph_addrs"] == {"hv1": [addresses["hv2"]]}, told
+    assert not blocklisted(addresses["hv2"]) and blocklisted(addresses["hv1"])
     # One message: its text says what its lines say, seconds and all.
     assert told["text"] == "\n".join([told["subject"], *told["lines"]]), told
     stored = records(lab)
@@ -814,19 +839,29 @@ def test_a_hung_partitioned_hypervisor_is_powered_off_by_its_bmc_before_its_vms_
 
 
 def test_a_drained_hypervisor_hands_its_vms_over_live_and_undrain_brings_them_back(lab, ha):
+    """The drain is asked for by a maintenance marker that root on hv1 writes with its
+    agent's etcd user, its reason a template that would run a command on the
+    controller: the watcher drains hv1 all the same, and runs nothing of it."""
     told_before = len(ha["notified"])
     names, vdm, host = ha["names"], ha["vdm"], "hv1"
     wait_until_home(lab, ha, host)
     homed = [n for n in names.values() if vdm["home"][n] == host]
     last = writing_now(homed)  # the plain VM started afresh by the last return home
     fences = len(history(lab, "fenced"))
-    rc, results = playbook("drain", ha["inventory"], yasco_host=host)
-    assert rc == 0, [r.get("msg") for r in results if r.get("failed")]
+    pwned = Path(f"/tmp/yasco-pwned-{uuid.uuid4().hex[:8]}")
+    reason = f"{{{{ lookup('pipe', 'touch {pwned}') }}}}"
+    asked = {"by": "hv1 root", "reason": reason}
+    with etcd_client(lab["etcd_endpoints"], user=f"yasco-agent-{host}") as agent:
+        agent.put_json(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME), asked)
+    told = notified(ha, told_before, "drain", host=host)
+    # The drain stops the agent once it has told the operators.
+    wait_for(f"{host}'s agent stopped", lambda: host in down_hosts(lab), 60, every=0.5)
     with etcd_client(lab["etcd_endpoints"]) as etcd:
         marker = etcd.get_json(etcd_keys.maintenance_key(host, cluster=layout.CLUSTER_NAME))
         alive = etcd.get(etcd_keys.alive_key(host, cluster=layout.CLUSTER_NAME))
-    assert marker["by"] == "drain" and alive is None  # in maintenance, agent stopped
-    told = notified(ha, told_before, "drain", host=host)
+    assert marker == asked and alive is None  # in maintenance, agent stopped
+    assert not pwned.exists(), "a template written by hv1's agent user ran on the controller"
+    assert told["details"]["reason"] == reason.replace("{{", "{ {"), told
     assert told["severity"] == "info" and told["details"]["failures"] == [], told
     assert sorted(m.split(":")[0] for m in told["details"]["moved"]) == sorted(homed), told
     for name in homed:
