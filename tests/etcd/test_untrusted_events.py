@@ -103,7 +103,6 @@ def test_a_template_written_by_a_hypervisor_runs_nothing_on_the_controller(etcd,
     assert not any("{{" in line for line in body["lines"]), body
 
 
-
 def test_what_the_inventory_plugin_the_lookup_and_a_module_read_of_a_hypervisor_runs_nothing(
         etcd, tmp_path):
     """The other ways a hypervisor's word enters a playbook: the etcd inventory plugin's

@@ -267,8 +267,8 @@ def test_the_locks_a_return_breaks_are_of_the_hosts_declared_addresses_only():
     crashed = {**at_home, "batch": ({"host": "hv2", "state": "running"}, [])}
     cluster = status(crashed, fence=None)
     for host in cluster["hypervisors"]:
-        host["registered"] = {"boot_id": "b2", "ceph_addrs": ["10.1.0.2", "10.1.0.3",
-                                                             "10.1.0.0/24"]}
+        host["registered"] = {"boot_id": "b2",
+                              "ceph_addrs": ["10.1.0.2", "10.1.0.3", "10.1.0.0/24"]}
     assert plan(cluster, VDM, ITEMS, "hv2", "c1")["addresses"] == ["10.1.0.2"]
 
 

@@ -282,7 +282,7 @@ def _greedy_failure_as_proof(problem, **kwargs):
         return plan(problem, **kwargs)
     except VdmNotFound as err:
         if kwargs.get("exact") is False and isinstance(err.__cause__, VdmInfeasible):
-            raise err.__cause__ from None
+            raise VdmInfeasible(*err.__cause__.args) from None
         raise
 
 
