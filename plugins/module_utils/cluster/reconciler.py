@@ -218,13 +218,13 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
                 f": {record['reason']}" if record.get("reason") else "")
         returning = vm in memory.returning
         step = _recover(vm, vms[vm], record, revision, reason, usable, free, preemptible,
-                        labels, vms, memory, policy, now, _count(by_agent),
-                        {h for h, said in agents.items() if _count(said)})
+                        labels, vms, memory, policy, now, _said(by_agent, "count"),
+                        {h for h, said in agents.items() if _said(said, "count")})
         if step["action"] in ("restart", "relocate"):
             # The agent's word on its restart in place of the VM, as read: the start's
             # claim holds only while it is unchanged, and the agent's restart only
             # while the record is (agent_restart.py), so one of the two starts it.
-            step["agent_restart"] = {"host": host, "revision": _revision(by_agent)}
+            step["agent_restart"] = {"host": host, "revision": _said(by_agent, "mod_revision")}
         steps.append(step)
         memory.returning.discard(vm)
         if step["action"] in ("restart", "relocate"):
@@ -241,15 +241,11 @@ def decide(observed: dict[str, Any], memory: Memory, policy: Policy, now: float
             "evacuate": sorted(evacuate)}
 
 
-def _revision(by_agent: dict[str, Any]) -> int:
-    """The mod_revision of the agent's restarts/ key as read (0: none)."""
-    revision = by_agent.get("mod_revision", 0)
-    return revision if isinstance(revision, int) and not isinstance(revision, bool) else 0
-
-
-def _count(by_agent: dict[str, Any]) -> int:
-    count = by_agent.get("count", 0)
-    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+def _said(by_agent: dict[str, Any], field: str) -> int:
+    """A whole number the agent's restarts/ key holds (`count`, or the `mod_revision`
+    it was read at), 0 when it holds none."""
+    value = by_agent.get(field, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _recover(vm, entry, record, revision, reason, usable, free, preemptible, labels, vms,
